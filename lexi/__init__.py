@@ -1,0 +1,1 @@
+"""LexiEngine: one GGUF model served over an OpenAI-compatible HTTP API."""

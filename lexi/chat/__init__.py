@@ -1,0 +1,1 @@
+"""Chat: templates, reasoning separation, tool calls and constraints."""

@@ -1,0 +1,1 @@
+"""Reading GGUF files: metadata, tensors, tokenizer, reference dequantizers, bundled models."""

@@ -1,0 +1,149 @@
+"""Paged attention: the metadata that describes one batched step, and the PyTorch reference.
+
+The KV cache of one layer is a pair of tensors (num_blocks, block_size, n_kv_heads, head_dim).
+A sequence owns a list of blocks (its block table); token at position p of sequence s lives in
+block ``block_tables[s, p // block_size]`` at offset ``p % block_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Everything attention needs to know about one step's flat batch of T new tokens from S sequences."""
+
+    positions: torch.Tensor  # (T,) int64: absolute position of every new token in its sequence
+    query_start: torch.Tensor  # (S+1,) int32: sequence s owns rows query_start[s]:query_start[s+1]
+    seq_lens: torch.Tensor  # (S,) int32: tokens in the cache for s after this step (cached + new)
+    block_tables: torch.Tensor  # (S, max_blocks) int32: physical block ids, padded with 0
+    slot_mapping: torch.Tensor  # (T,) int64: block * block_size + offset where each new token's K/V goes
+    query_start_host: list[int]  # host copy of query_start, so the CPU path never syncs
+    seq_lens_host: list[int]  # host copy of seq_lens
+    logit_rows: torch.Tensor | None = None  # (R,) int64 rows whose logits are wanted; None = all rows
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_host)
+
+    @classmethod
+    def build(
+        cls,
+        new_tokens: list[int],
+        cached_tokens: list[int],
+        block_tables: list[list[int]],
+        block_size: int,
+        device: torch.device | str = "cpu",
+        logits_of_last_only: bool = True,
+    ) -> AttentionMetadata:
+        """Metadata for S sequences, sequence s adding new_tokens[s] after cached_tokens[s] cached ones."""
+        positions: list[int] = []
+        slots: list[int] = []
+        query_start = [0]
+        seq_lens = []
+        for n_new, n_cached, table in zip(new_tokens, cached_tokens, block_tables, strict=True):
+            for p in range(n_cached, n_cached + n_new):
+                positions.append(p)
+                slots.append(table[p // block_size] * block_size + p % block_size)
+            query_start.append(query_start[-1] + n_new)
+            seq_lens.append(n_cached + n_new)
+        width = max((len(t) for t in block_tables), default=1) or 1
+        padded = [t + [0] * (width - len(t)) for t in block_tables]
+        rows = None
+        if logits_of_last_only:
+            rows = torch.tensor([q - 1 for q in query_start[1:]], dtype=torch.int64, device=device)
+        return cls(
+            positions=torch.tensor(positions, dtype=torch.int64, device=device),
+            query_start=torch.tensor(query_start, dtype=torch.int32, device=device),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            block_tables=torch.tensor(padded, dtype=torch.int32, device=device),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+            query_start_host=query_start,
+            seq_lens_host=seq_lens,
+            logit_rows=rows,
+        )
+
+
+def write_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Scatter this step's K/V rows (T, n_kv_heads, head_dim) into their cache slots."""
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first `length` cached rows of one sequence, (length, n_kv_heads, head_dim)."""
+    block_size = cache.shape[1]
+    n_blocks = (length + block_size - 1) // block_size
+    return cache[block_table[:n_blocks].long()].reshape(-1, *cache.shape[2:])[:length]
+
+
+def paged_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """Causal attention of each sequence's new rows over its cached prefix plus themselves.
+
+    q: (T, H, D); caches (num_blocks, block_size, KVH, D) already hold this step's K/V.
+    Row at position p attends to positions [max(0, p - sliding_window + 1), p] (all of [0, p] when the
+    window is 0). Returns (T, H, D) in q's dtype. Math in q's dtype via SDPA, except with a softcap.
+    """
+    out = torch.empty_like(q)
+    n_heads, n_kv = q.shape[1], k_cache.shape[2]
+    group = n_heads // n_kv
+    for s in range(meta.num_seqs):
+        start, end = meta.query_start_host[s], meta.query_start_host[s + 1]
+        if end == start:
+            continue
+        length = meta.seq_lens_host[s]
+        n_new = end - start
+        first = 0
+        if sliding_window > 0:
+            # Keys older than the window of the chunk's first row are never needed.
+            first = max(0, length - n_new - sliding_window + 1)
+        k = gather_kv(k_cache, meta.block_tables[s], length)[first:]
+        v = gather_kv(v_cache, meta.block_tables[s], length)[first:]
+        qs = q[start:end].transpose(0, 1)  # (H, n_new, D)
+        ks = k.transpose(0, 1).repeat_interleave(group, dim=0).to(q.dtype)  # (H, L, D)
+        vs = v.transpose(0, 1).repeat_interleave(group, dim=0).to(q.dtype)
+        q_pos = torch.arange(length - n_new, length, device=q.device)
+        k_pos = torch.arange(first, length, device=q.device)
+        allowed = k_pos[None, :] <= q_pos[:, None]
+        if sliding_window > 0:
+            allowed &= k_pos[None, :] > q_pos[:, None] - sliding_window
+        if softcap > 0.0:
+            scores = (qs.float() @ ks.float().transpose(1, 2)) * scale
+            scores = softcap * torch.tanh(scores / softcap)
+            scores = scores.masked_fill(~allowed, float("-inf"))
+            o = torch.softmax(scores, dim=-1) @ vs.float()
+        elif n_new == 1 and sliding_window == 0:
+            o = F.scaled_dot_product_attention(qs, ks, vs, scale=scale)
+        else:
+            o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, scale=scale)
+        out[start:end] = o.transpose(0, 1).to(q.dtype)
+    return out
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """Dispatch: the Triton kernels on CUDA (engine issue), the reference elsewhere."""
+    return paged_attention_ref(q, k_cache, v_cache, meta, scale=scale, sliding_window=sliding_window, softcap=softcap)

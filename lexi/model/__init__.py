@@ -1,0 +1,1 @@
+"""The transformer families as PyTorch modules, built from a GGUF file."""

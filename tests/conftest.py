@@ -1,0 +1,3 @@
+"""Shared fixtures: the bundled models are loaded once per test session."""
+
+from __future__ import annotations
