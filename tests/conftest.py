@@ -1,3 +1,49 @@
 """Shared fixtures: the bundled models are loaded once per test session."""
 
 from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """SmolLM2-135M-Instruct (llama arch, GPT-2 BPE vocabulary), the default bundled model."""
+    from lexi.gguf.bundled import DEFAULT_MODEL, resolve_model
+
+    return resolve_model(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def gemma3_path():
+    """Gemma 3 270M (gemma3 arch, SentencePiece vocabulary), assembled once into the user's cache."""
+    from lexi.gguf.bundled import GEMMA3_MODEL, resolve_model
+
+    return resolve_model(GEMMA3_MODEL)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(smollm2_path):
+    from lexi.gguf.reader import read_gguf
+
+    return read_gguf(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def gemma3_gguf(gemma3_path):
+    from lexi.gguf.reader import read_gguf
+
+    return read_gguf(gemma3_path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_gguf):
+    from lexi.gguf.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer(gemma3_gguf):
+    from lexi.gguf.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(gemma3_gguf)
