@@ -1,0 +1,242 @@
+"""The async engine: a step loop on its own thread, and `generate` streams that the event loop consumes.
+
+The two threads meet only in the command queue (submissions, aborts, shutdown) and in
+``loop.call_soon_threadsafe`` back into each request's asyncio.Queue. The step loop owns the
+scheduler, the runner and every sequence's state; nothing else touches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from lexi.engine.config import EngineConfig
+from lexi.engine.errors import ContextOverflow, EngineBusy
+from lexi.engine.output import OutputProcessor
+from lexi.engine.request import CompletionDelta, GenerationRequest
+from lexi.engine.runner import ModelRunner
+from lexi.engine.sampler import SampleResult, SamplerState
+from lexi.engine.scheduler import ScheduledSeq, Scheduler
+from lexi.engine.sequence import Sequence
+from lexi.engine.stats import EngineStats
+
+__all__ = ["ContextOverflow", "Engine", "EngineBusy"]
+
+log = logging.getLogger(__name__)
+_STOP = object()
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One request as the step loop sees it: where its events go and its per-request state."""
+
+    request: GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue
+    submitted: float
+    sampler: SamplerState | None = None
+    output: OutputProcessor | None = None
+    first_token: float | None = None
+
+    def push(self, item: CompletionDelta | BaseException) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:  # the consumer's loop is closed: nobody is listening any more
+            pass
+
+
+class Engine:
+    """Serves GenerationRequests with continuous batching over one model and its paged KV cache."""
+
+    def __init__(self, model, tokenizer, config: EngineConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.scheduler = Scheduler(config)
+        self.runner = ModelRunner(model, config)
+        self.stats = EngineStats(slots_total=config.parallel)
+        self._eog = frozenset(tokenizer.eog_ids) | {tokenizer.eos_id}
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # ---- the caller's side (any thread / the event loop) ----
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("engine already started")
+        self._thread = threading.Thread(target=self._run, name="lexi-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the step loop; requests still queued or running get a RuntimeError."""
+        if self._thread is None:
+            return
+        self._commands.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    def abort(self, request_id: str) -> None:
+        """Thread-safe; the request ends with finish_reason "abort" at the next step."""
+        self._commands.put(("abort", request_id))
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[CompletionDelta]:
+        """Stream the request's events; the last carries finish_reason. Closing the stream aborts it.
+
+        Raises ContextOverflow (before taking a slot), EngineBusy (no slot within queue_wait) or
+        ValueError for a logit_bias naming a token outside the vocabulary.
+        """
+        if self._thread is None:
+            raise RuntimeError("engine not started")
+        self.scheduler.check_fits(len(request.prompt_ids), request.params.max_tokens)
+        vocab = self.tokenizer.vocab_size
+        bad = [t for t in request.params.logit_bias if t >= vocab]
+        if bad:
+            raise ValueError(f"logit_bias names token ids outside the vocabulary of {vocab}: {bad[:5]}")
+        stream = _Stream(request, asyncio.get_running_loop(), asyncio.Queue(), time.monotonic())
+        self._commands.put(("add", stream))
+        finished = False
+        try:
+            while True:
+                item = await stream.events.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if item.finish_reason is not None:
+                    finished = True
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request.request_id)
+
+    # ---- the step loop's side ----
+
+    def _run(self) -> None:
+        try:
+            while self._drain(block=not self.scheduler.has_work):
+                self.step()
+        except BaseException as exc:  # the loop itself broke: fail everyone rather than hang them
+            log.exception("engine step loop failed")
+            self._fail_all(exc)
+            raise
+        self._fail_all(RuntimeError("engine shut down"))
+
+    def _drain(self, block: bool) -> bool:
+        """Apply pending commands; False once shutdown is requested."""
+        try:
+            command = self._commands.get() if block else self._commands.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if command is _STOP:
+                return False
+            kind, arg = command
+            if kind == "add":
+                self._admit(arg)
+            else:
+                self.scheduler.abort(arg)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _admit(self, stream: _Stream) -> None:
+        req = stream.request
+        params = req.params
+        seq = Sequence(req.request_id, req.prompt_ids, params.max_tokens, payload=stream)
+        banned = tuple(sorted(self._eog)) if params.ignore_eos else ()
+        stream.sampler = SamplerState(params, req.constraint, banned)
+        eog = frozenset() if params.ignore_eos else self._eog
+        stream.output = OutputProcessor(self.tokenizer.detokenizer(), params.stop, eog, params.max_tokens)
+        self.scheduler.add(seq, stream.submitted)
+        self.stats.requests_total += 1
+
+    def step(self) -> None:
+        """One scheduling decision and, if anything runs, one batched forward."""
+        out = self.scheduler.schedule(time.monotonic())
+        for seq in out.rejected:
+            self.stats.requests_rejected += 1
+            seq.payload.push(EngineBusy(f"no free slot within {self.config.queue_wait:g} s"))
+        for seq in out.aborted:
+            self.stats.requests_aborted += 1
+            self._emit(seq, CompletionDelta("", (), finish_reason="abort"))
+        for seq in out.admitted:
+            self.stats.prompt_tokens_total += seq.num_prompt
+            self.stats.cached_tokens_total += seq.num_cached
+        if out.scheduled:
+            self._run_batch(out.scheduled)
+            self.stats.steps_total += 1
+        self.stats.slots_busy = len(self.scheduler.running)
+        self.stats.queue_depth = len(self.scheduler.waiting)
+
+    def _run_batch(self, scheduled: list[ScheduledSeq]) -> None:
+        try:
+            results = self.runner.execute(scheduled, [s.seq.payload.sampler for s in scheduled])
+        except Exception as exc:  # nothing is known about which row broke it: fail this batch only
+            log.exception("step failed")
+            for item in scheduled:
+                self._fail(item.seq, exc)
+            return
+        self.stats.prefill_tokens_total += sum(s.num_new for s in scheduled if s.seq.prefilling)
+        ok = [r.token_id if isinstance(r, SampleResult) else None for r in results]
+        self.scheduler.advance(scheduled, ok)
+        now = time.monotonic()
+        for item, result in zip(scheduled, results, strict=True):
+            if result is None:
+                continue
+            if isinstance(result, Exception):
+                self._fail(item.seq, result)
+                continue
+            self._deliver(item.seq, result, now)
+
+    def _deliver(self, seq: Sequence, result: SampleResult, now: float) -> None:
+        stream: _Stream = seq.payload
+        if stream.first_token is None:
+            stream.first_token = now
+            self.stats.ttft_count += 1
+            self.stats.ttft_last_s = now - stream.submitted
+            self.stats.ttft_sum_s += self.stats.ttft_last_s
+        self.stats.generated_tokens_total += 1
+        constraint_done = False
+        if stream.request.constraint is not None:
+            try:
+                stream.request.constraint.advance(result.token_id)
+                constraint_done = stream.request.constraint.is_finished()
+            except Exception as exc:
+                self._fail(seq, exc)
+                return
+        text = stream.output.feed(result.token_id, constraint_done)
+        reason = stream.output.finish_reason
+        logprobs = (result.logprob,) if result.logprob is not None else ()
+        self._emit(seq, CompletionDelta(text, (result.token_id,), logprobs, reason))
+        if reason is not None:
+            self.stats.requests_finished += 1
+            self.scheduler.finish(seq)
+
+    def _emit(self, seq: Sequence, delta: CompletionDelta) -> None:
+        """Stamp the running usage counts on the event and send it."""
+        stream: _Stream = seq.payload
+        usage = {"prompt_tokens": seq.num_prompt, "completion_tokens": seq.num_output, "cached_tokens": seq.num_cached}
+        stream.push(CompletionDelta(delta.text, delta.token_ids, delta.logprobs, delta.finish_reason, **usage))
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        self.stats.requests_failed += 1
+        self.scheduler.finish(seq)
+        seq.payload.push(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            self._fail(seq, exc)
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command is not _STOP and command[0] == "add":
+                command[1].push(exc)

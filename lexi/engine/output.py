@@ -1,0 +1,78 @@
+"""Turns one sequence's sampled tokens into visible text: incremental detokenizing, stop strings, finish reasons.
+
+Text that could still turn out to be the start of a stop string is held back, never streamed and then
+retracted; when a stop string completes, the text is cut just before it. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+
+class Detokenizer(Protocol):
+    def feed(self, token_id: int) -> str: ...
+
+    def finish(self) -> str: ...
+
+
+def held_back_length(text: str, stops: Iterable[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+    best = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:n]):
+                best = n
+                break
+    return best
+
+
+class OutputProcessor:
+    """Per-sequence state: feed each sampled token, get the text it releases and whether it finished."""
+
+    __slots__ = ("_detok", "_stops", "_eog", "_max_tokens", "_pending", "num_tokens", "finish_reason")
+
+    def __init__(
+        self, detokenizer: Detokenizer, stop: tuple[str, ...], eog_ids: frozenset[int], max_tokens: int
+    ) -> None:
+        self._detok = detokenizer
+        self._stops = stop
+        self._eog = eog_ids  # empty when the request ignores EOS
+        self._max_tokens = max_tokens
+        self._pending = ""  # decoded but not yet released (a possible stop-string start)
+        self.num_tokens = 0
+        self.finish_reason: str | None = None
+
+    def feed(self, token_id: int, constraint_done: bool = False) -> str:
+        """Text released by this token; sets finish_reason when generation ends here."""
+        assert self.finish_reason is None, "token fed after the sequence finished"
+        self.num_tokens += 1
+        if token_id in self._eog:
+            return self._finish("stop")
+        text = self._pending + self._detok.feed(token_id)
+        if self._stops:
+            cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
+            if cut >= 0:
+                self._pending = ""
+                self.finish_reason = "stop"
+                return text[:cut]
+        if constraint_done:
+            self._pending = text
+            return self._finish("stop")
+        if self.num_tokens >= self._max_tokens:
+            self._pending = text
+            return self._finish("length")
+        keep = held_back_length(text, self._stops) if self._stops else 0
+        self._pending = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
+
+    def _finish(self, reason: str) -> str:
+        """Release everything held: no stop string completed, and the detokenizer's tail is final."""
+        text = self._pending + self._detok.finish()
+        self._pending = ""
+        if self._stops:
+            cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
+            if cut >= 0:
+                text, reason = text[:cut], "stop"
+        self.finish_reason = reason
+        return text

@@ -1,0 +1,145 @@
+"""Logits -> tokens for one step's rows, each row with its own parameters, generator and constraint.
+
+Order per row (llama.cpp's chain): logit_bias, penalties, constraint mask, EOG mask when ignoring EOS;
+logprobs are read here; then top_k, top_p and min_p on the untempered distribution, then temperature
+and a draw from the request's own torch.Generator, so a seed gives the same tokens whatever else
+shares the batch.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+import torch
+
+from lexi.engine.request import TokenConstraint, TokenLogprob
+from lexi.engine.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class SamplerState:
+    """One request's sampling state across steps."""
+
+    params: SamplingParams
+    constraint: TokenConstraint | None = None
+    banned: tuple[int, ...] = ()  # EOG ids masked out when the request ignores EOS
+    seed: int = field(init=False)
+    generator: torch.Generator | None = field(init=False, default=None)
+    output_counts: Counter[int] = field(init=False, default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        seed = self.params.seed if self.params.seed is not None else secrets.randbits(63)
+        self.seed = seed % (1 << 64)
+
+    @property
+    def simple_greedy(self) -> bool:
+        """Argmax of the raw logits is the answer: the batched fast path."""
+        p = self.params
+        return (
+            p.greedy
+            and not p.logit_bias
+            and not p.has_penalties
+            and self.constraint is None
+            and not self.banned
+            and p.logprobs is None
+        )
+
+    def draw(self, probs: torch.Tensor) -> int:
+        if self.generator is None or self.generator.device != probs.device:
+            self.generator = torch.Generator(device=probs.device)
+            self.generator.manual_seed(self.seed)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+@dataclass(frozen=True, slots=True)
+class SampleResult:
+    token_id: int
+    logprob: TokenLogprob | None = None
+
+
+class Sampler:
+    """Stateless apart from the vocabulary size; per-request state lives in SamplerState."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def sample(
+        self, logits: torch.Tensor, states: Seq[SamplerState], histories: Seq[list[int]]
+    ) -> list[SampleResult | Exception]:
+        """logits (R, V) float32 -> one result per row; a row whose constraint fails gets its exception."""
+        if all(s.simple_greedy for s in states):
+            tokens = logits.argmax(dim=-1).tolist()
+            for s, t in zip(states, tokens, strict=True):
+                s.output_counts[t] += 1
+            return [SampleResult(t) for t in tokens]
+        results: list[SampleResult | Exception] = []
+        for row, state, history in zip(logits, states, histories, strict=True):
+            try:
+                result = self._sample_row(row, state, history)
+            except Exception as exc:  # a broken constraint fails its own request only
+                results.append(exc)
+                continue
+            state.output_counts[result.token_id] += 1
+            results.append(result)
+        return results
+
+    def _sample_row(self, x: torch.Tensor, state: SamplerState, history: list[int]) -> SampleResult:
+        p = state.params
+        x = x.clone()
+        if p.logit_bias:
+            ids = [t for t in p.logit_bias if t < x.numel()]
+            x[ids] += torch.tensor([p.logit_bias[t] for t in ids], dtype=x.dtype, device=x.device)
+        if p.repeat_penalty != 1.0 and p.repeat_last_n > 0 and history:
+            ids = torch.tensor(sorted(set(history[-p.repeat_last_n :])), dtype=torch.int64, device=x.device)
+            vals = x[ids]
+            x[ids] = torch.where(vals > 0, vals / p.repeat_penalty, vals * p.repeat_penalty)
+        if (p.presence_penalty or p.frequency_penalty) and state.output_counts:
+            ids = torch.tensor(list(state.output_counts), dtype=torch.int64, device=x.device)
+            counts = torch.tensor(list(state.output_counts.values()), dtype=x.dtype, device=x.device)
+            x[ids] -= counts * p.frequency_penalty + p.presence_penalty
+        if state.constraint is not None:
+            allowed = state.constraint.allowed_tokens()
+            if allowed is not None:
+                mask = torch.zeros(x.numel(), dtype=torch.bool, device=x.device)
+                n = min(allowed.numel(), x.numel())
+                mask[:n] = allowed[:n].to(device=x.device, dtype=torch.bool)
+                if not bool(mask.any()):
+                    raise RuntimeError("the token constraint allows no token")
+                x.masked_fill_(~mask, float("-inf"))
+        if state.banned:
+            x[list(state.banned)] = float("-inf")
+        token = self._choose(x, state)
+        logprob = None
+        if p.logprobs is not None:
+            lp = torch.log_softmax(x, dim=-1)
+            top = ()
+            if p.logprobs > 0:
+                vals, ids = lp.topk(min(p.logprobs, lp.numel()))
+                top = tuple(zip(ids.tolist(), vals.tolist(), strict=True))
+            logprob = TokenLogprob(token, float(lp[token]), top)
+        return SampleResult(token, logprob)
+
+    @staticmethod
+    def _choose(x: torch.Tensor, state: SamplerState) -> int:
+        p = state.params
+        if p.greedy:
+            return int(x.argmax())
+        if 0 < p.top_k < x.numel():
+            vals, ids = x.topk(p.top_k)
+        else:
+            vals, ids = x.sort(descending=True)
+        if p.top_p < 1.0 or p.min_p > 0.0:
+            probs = torch.softmax(vals, dim=-1)
+            keep = torch.ones_like(probs, dtype=torch.bool)
+            if p.top_p < 1.0:
+                keep &= (probs.cumsum(-1) - probs) < p.top_p
+            if p.min_p > 0.0:
+                keep &= probs >= p.min_p * probs[0]
+            keep[0] = True  # both filters keep a sorted prefix; the best token always survives
+            n = int(keep.sum())
+            vals, ids = vals[:n], ids[:n]
+        probs = torch.softmax(vals / p.temperature, dim=-1)
+        return int(ids[state.draw(probs)])

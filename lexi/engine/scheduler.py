@@ -1,0 +1,131 @@
+"""Decides what runs each step: slots, FIFO waiting with a deadline, chunked prefill beside decodes (no torch).
+
+Every step feeds one token to each decoding sequence first, then spends what is left of the
+``batch_size`` token budget on prompt chunks, oldest request first: a long prompt never stalls the
+sequences already streaming. Requests join and leave between steps (continuous batching).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from lexi.engine.block_manager import BlockManager
+from lexi.engine.config import EngineConfig
+from lexi.engine.errors import ContextOverflow
+from lexi.engine.sequence import SeqStatus, Sequence
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    seq: Sequence
+    num_new: int  # tokens fed this step, starting at seq.num_computed
+    sample: bool  # the last of them yields logits to sample the next token from
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)  # took a slot this step
+    rejected: list[Sequence] = field(default_factory=list)  # waited past queue_wait: EngineBusy
+    aborted: list[Sequence] = field(default_factory=list)  # removed, blocks freed
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new for s in self.scheduled)
+
+
+class Scheduler:
+    """Owns the waiting queue, the running slots and the block pool; the engine thread alone calls it."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.blocks = BlockManager(config.num_blocks, config.block_size)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._abort_ids: set[str] = set()
+
+    def check_fits(self, num_prompt: int, max_tokens: int) -> None:
+        if num_prompt < 1:
+            raise ValueError("prompt_ids must hold at least one token")
+        if num_prompt + max_tokens > self.config.ctx_size:
+            raise ContextOverflow(
+                f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) exceeds the context size "
+                f"of {self.config.ctx_size} tokens"
+            )
+
+    def add(self, seq: Sequence, now: float) -> None:
+        """Queue a sequence; ContextOverflow if it could never fit a slot."""
+        self.check_fits(seq.num_prompt, seq.max_tokens)
+        seq.arrival, seq.deadline = now, now + self.config.queue_wait
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def abort(self, request_id: str) -> None:
+        """Honoured at the next schedule()."""
+        self._abort_ids.add(request_id)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or self._abort_ids)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if self._abort_ids:
+            self._remove_aborted(out)
+        while self.waiting and len(self.running) < self.config.parallel:
+            seq = self.waiting.popleft()
+            self.blocks.match_prefix(seq)
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+            out.admitted.append(seq)
+        while self.waiting and self.waiting[0].deadline <= now:
+            out.rejected.append(self._drop(self.waiting.popleft()))
+        # FIFO: a later request never overtakes an earlier one, so expiry only ever pops the front;
+        # the deadlines are non-decreasing because queue_wait is fixed.
+        self._build_batch(out)
+        return out
+
+    def _build_batch(self, out: SchedulerOutput) -> None:
+        budget = self.config.batch_size
+        for seq in self.running:
+            if not seq.prefilling:
+                self.blocks.ensure_capacity(seq, seq.num_computed + 1)
+                out.scheduled.append(ScheduledSeq(seq, 1, True))
+                budget -= 1
+        budget = max(budget, 1)
+        for seq in self.running:
+            if budget == 0:
+                break
+            if seq.prefilling:
+                n = min(seq.num_prompt - seq.num_computed, budget)
+                self.blocks.ensure_capacity(seq, seq.num_computed + n)
+                out.scheduled.append(ScheduledSeq(seq, n, seq.num_computed + n == seq.num_prompt))
+                budget -= n
+
+    def advance(self, scheduled: list[ScheduledSeq], sampled: list[int | None]) -> None:
+        """Record a finished step: fed tokens are now cached; sampled tokens join their sequences."""
+        for item, token in zip(scheduled, sampled, strict=True):
+            item.seq.num_computed += item.num_new
+            self.blocks.commit(item.seq)
+            if token is not None:
+                item.seq.token_ids.append(token)
+
+    def finish(self, seq: Sequence) -> None:
+        """Give the slot and its blocks back (finished, failed or aborted)."""
+        if seq.status is SeqStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SeqStatus.WAITING:
+            self.waiting.remove(seq)
+        self._drop(seq)
+
+    def _drop(self, seq: Sequence) -> Sequence:
+        self.blocks.free(seq)
+        seq.status = SeqStatus.FINISHED
+        return seq
+
+    def _remove_aborted(self, out: SchedulerOutput) -> None:
+        ids, self._abort_ids = self._abort_ids, set()
+        for seq in [s for s in (*self.running, *self.waiting) if s.request_id in ids]:
+            self.finish(seq)
+            out.aborted.append(seq)

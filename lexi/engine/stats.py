@@ -1,0 +1,34 @@
+"""Counters the engine owns (no globals): what /metrics and the bench read. Written by the engine thread only."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class EngineStats:
+    slots_total: int = 0
+    slots_busy: int = 0
+    queue_depth: int = 0
+    requests_total: int = 0  # accepted onto the queue
+    requests_finished: int = 0
+    requests_rejected: int = 0  # EngineBusy
+    requests_aborted: int = 0
+    requests_failed: int = 0
+    prompt_tokens_total: int = 0  # prompt tokens of admitted requests
+    cached_tokens_total: int = 0  # of which reused from the prefix cache
+    prefill_tokens_total: int = 0  # prompt tokens actually computed
+    generated_tokens_total: int = 0
+    steps_total: int = 0
+    ttft_count: int = 0
+    ttft_sum_s: float = 0.0  # queueing included: request submitted -> first token sampled
+    ttft_last_s: float = 0.0
+
+    @property
+    def ttft_mean_s(self) -> float:
+        return self.ttft_sum_s / self.ttft_count if self.ttft_count else 0.0
+
+    def snapshot(self) -> dict[str, float]:
+        data = asdict(self)
+        data["ttft_mean_s"] = self.ttft_mean_s
+        return data
