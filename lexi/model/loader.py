@@ -1,0 +1,169 @@
+"""Build a `Transformer` from a read GGUF file: tensors by their GGUF names, family switches from `ModelArgs`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from lexi.gguf.dequant import dequantize_tensor
+from lexi.gguf.errors import GGUFError
+from lexi.model.args import ModelArgs, model_args_from_gguf
+from lexi.model.attention import Attention
+from lexi.model.linear import QuantLinear, TokenEmbedding, dense_weight
+from lexi.model.mlp import GatedMLP
+from lexi.model.norms import RMSNorm
+from lexi.model.transformer import Block, Transformer
+
+if TYPE_CHECKING:
+    from lexi.gguf.reader import GGUFFile, TensorInfo
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda")
+
+# Measured on the 2-core CPU machine (see the model issue's report): float32 is both the fastest
+# dtype for decode (bf16/fp16 GEMV is slower there) and the one that matches the peers best.
+CPU_AUTO_DTYPE = torch.float32
+CUDA_AUTO_DTYPE = torch.bfloat16
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16: the compute dtype of activations and dense weights
+    device: str = "auto"  # auto | cpu | cuda
+
+    def __post_init__(self) -> None:
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {self.dtype!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {self.device!r}")
+
+    def resolve(self) -> tuple[torch.device, torch.dtype]:
+        if self.device == "auto":
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            device = torch.device(self.device)
+            if device.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
+        if self.dtype != "auto":
+            return device, DTYPES[self.dtype]
+        return device, CUDA_AUTO_DTYPE if device.type == "cuda" else CPU_AUTO_DTYPE
+
+
+class _Tensors:
+    """Looks tensors up by name, refusing a missing one with the file and name, and ticks the progress bar."""
+
+    def __init__(self, f: GGUFFile, bar) -> None:
+        self.f, self.bar = f, bar
+
+    def get(self, name: str) -> TensorInfo:
+        info = self.f.tensors.get(name)
+        if info is None:
+            raise GGUFError(f"{self.f.path}: tensor {name!r} is missing")
+        if self.bar is not None:
+            self.bar.update(1)
+        return info
+
+    def maybe(self, name: str) -> TensorInfo | None:
+        return self.get(name) if name in self.f.tensors else None
+
+
+def _progress_bar(f: GGUFFile, enabled: bool):
+    """A tqdm bar over the tensors, on an interactive terminal only (logs and pipes stay clean)."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=len(f.tensors), desc=f"loading {f.path.name}", unit="tensor", leave=False)
+
+
+def _check_shape(f: GGUFFile, info: TensorInfo, shape: tuple[int, ...]) -> None:
+    if tuple(info.shape) != shape:
+        raise GGUFError(f"{f.path}: tensor {info.name!r} has shape {tuple(info.shape)}, expected {shape}")
+
+
+def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = False) -> Transformer:
+    """Dequantize (CPU) or upload the blocks of (CUDA) every tensor of `f` into a ready `Transformer`."""
+    config = config or LoadConfig()
+    args = model_args_from_gguf(f)
+    device, dtype = config.resolve()
+    quantized = device.type == "cuda"
+    bar = _progress_bar(f, progress)
+    try:
+        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized)
+    finally:
+        if bar is not None:
+            bar.close()
+    return model.eval()
+
+
+def _build(
+    f: GGUFFile, args: ModelArgs, t: _Tensors, dtype: torch.dtype, device: torch.device, quantized: bool
+) -> Transformer:
+    def norm(name: str, size: int) -> RMSNorm:
+        info = t.get(name)
+        _check_shape(f, info, (size,))
+        return RMSNorm(dequantize_tensor(info).to(device), args.norm_eps)
+
+    def linear(name: str, out_f: int, in_f: int, bias: bool = False) -> QuantLinear:
+        info = t.get(f"{name}.weight")
+        _check_shape(f, info, (out_f, in_f))
+        b = t.get(f"{name}.bias") if bias else None
+        return QuantLinear.from_gguf(info, dtype, device, bias=b, quantized=quantized)
+
+    a = args
+    emb_info = t.get("token_embd.weight")
+    _check_shape(f, emb_info, (a.vocab_size, a.dim))
+    embed = TokenEmbedding(dense_weight(emb_info, dtype, device), a.embed_scale)
+    blocks = []
+    for i in range(a.n_layers):
+        p = f"blk.{i}"
+        attn = Attention(
+            linear(f"{p}.attn_q", a.q_dim, a.dim, a.qkv_bias),
+            linear(f"{p}.attn_k", a.kv_dim, a.dim, a.qkv_bias),
+            linear(f"{p}.attn_v", a.kv_dim, a.dim, a.qkv_bias),
+            linear(f"{p}.attn_output", a.dim, a.q_dim),
+            n_heads=a.n_heads,
+            n_kv_heads=a.n_kv_heads,
+            head_dim=a.head_dim,
+            rope_dim=a.rope_dim,
+            rope_style=a.rope_style,
+            scale=a.attn_scale,
+            sliding_window=a.layer_windows[i],
+            softcap=a.attn_softcap,
+            q_norm=norm(f"{p}.attn_q_norm.weight", a.head_dim) if a.qk_norm else None,
+            k_norm=norm(f"{p}.attn_k_norm.weight", a.head_dim) if a.qk_norm else None,
+        )
+        mlp = GatedMLP(
+            linear(f"{p}.ffn_gate", a.ffn_dim, a.dim),
+            linear(f"{p}.ffn_up", a.ffn_dim, a.dim),
+            linear(f"{p}.ffn_down", a.dim, a.ffn_dim),
+            a.activation,
+        )
+        blocks.append(
+            Block(
+                norm(f"{p}.attn_norm.weight", a.dim),
+                attn,
+                norm(f"{p}.ffn_norm.weight", a.dim),
+                mlp,
+                norm(f"{p}.post_attention_norm.weight", a.dim) if a.sandwich_norm else None,
+                norm(f"{p}.post_ffw_norm.weight", a.dim) if a.sandwich_norm else None,
+            )
+        )
+    if a.tied_output:
+        if quantized:
+            output = QuantLinear.from_gguf(emb_info, dtype, device, quantized=True)
+        else:  # share the embedding's dense matrix: no second copy of the largest tensor
+            output = QuantLinear(embed.weight.data, None)
+    else:
+        output = linear("output", a.vocab_size, a.dim)
+    freq_factors = None
+    if a.has_rope_freqs:
+        info = t.get("rope_freqs.weight")
+        _check_shape(f, info, (a.rope_dim // 2,))
+        freq_factors = dequantize_tensor(info)
+    return Transformer(
+        args, embed, blocks, norm("output_norm.weight", a.dim), output, dtype, device, rope_freq_factors=freq_factors
+    )

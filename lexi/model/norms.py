@@ -1,0 +1,28 @@
+"""RMSNorm as both peers compute it: in float32, whatever the compute dtype.
+
+Gemma's norms scale by (1 + w) in transformers; llama.cpp's converter bakes the +1 into the stored
+weight (transformers subtracts it again when it loads a GGUF), so over GGUF weights every family's norm
+is the same `x / rms(x) * w`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * w over the last dimension, math in float32, result in x's dtype."""
+
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight.to(torch.float32), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * self.weight).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
