@@ -64,4 +64,5 @@ class Attention(nn.Module):
         return self.wo(o.reshape(t, self.n_heads * self.head_dim))
 
     def extra_repr(self) -> str:
-        return f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.sliding_window}"
+        h = f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}"
+        return f"{h}, window={self.sliding_window}"

@@ -66,7 +66,8 @@ class Transformer(nn.Module):
         self.norm = norm
         self.output = output
         self.register_buffer(
-            "inv_freq_global", inverse_frequencies(args.rope_dim, args.rope_base, rope_freq_factors).to(device),
+            "inv_freq_global",
+            inverse_frequencies(args.rope_dim, args.rope_base, rope_freq_factors).to(device),
             persistent=False,
         )
         self.register_buffer(
