@@ -1,0 +1,121 @@
+"""Splitting chat output that opens with `<think>...</think>` into reasoning and visible content.
+
+A pure streaming parser: `feed(text)` returns the events that text releases, `finish()` the rest.
+Text that could still be the start of a delimiter is held back, so a `<think>` or `</think>` split
+across generation events never shows up in either field. Whitespace just inside the delimiters
+(the newline models write after `<think>` and around `</think>`) is dropped, so a chunked stream
+and the whole text give the same fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPEN = "<think>"
+CLOSE = "</think>"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningEvent:
+    kind: str  # "reasoning" | "content"
+    text: str
+
+
+def _partial_suffix(text: str, token: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `token`."""
+    for n in range(min(len(token) - 1, len(text)), 0, -1):
+        if text.endswith(token[:n]):
+            return n
+    return 0
+
+
+class ReasoningSplitter:
+    """States: "start" (might still open <think>), "reasoning", "content".
+
+    `thinking_open=True` is for a prompt that already ends with `<think>` (a template that forces
+    thinking on): the output starts inside the reasoning.
+    """
+
+    __slots__ = ("_state", "_buffer", "_pending_space", "_at_segment_start")
+
+    def __init__(self, thinking_open: bool = False) -> None:
+        self._state = "reasoning" if thinking_open else "start"
+        self._buffer = ""  # held back: a possible delimiter prefix (or the undecided start)
+        self._pending_space = ""  # reasoning's trailing whitespace: dropped if </think> follows
+        self._at_segment_start = thinking_open  # leading whitespace of a segment is dropped
+
+    def feed(self, text: str) -> list[ReasoningEvent]:
+        events: list[ReasoningEvent] = []
+        self._buffer += text
+        while self._buffer:
+            if self._state == "start":
+                stripped = self._buffer.lstrip()
+                if len(stripped) < len(OPEN) and OPEN.startswith(stripped):
+                    return events  # still undecided
+                if stripped.startswith(OPEN):
+                    self._buffer = stripped[len(OPEN) :]
+                    self._state, self._at_segment_start = "reasoning", True
+                else:
+                    self._state = "content"
+                continue
+            if self._state == "content":
+                self._emit(events, "content", self._buffer)
+                self._buffer = ""
+                break
+            # reasoning
+            cut = self._buffer.find(CLOSE)
+            if cut >= 0:
+                self._emit_reasoning(events, self._buffer[:cut], final=True)
+                self._buffer = self._buffer[cut + len(CLOSE) :]
+                self._state, self._at_segment_start = "content", True
+                continue
+            keep = _partial_suffix(self._buffer, CLOSE)
+            self._emit_reasoning(events, self._buffer[: len(self._buffer) - keep], final=False)
+            self._buffer = self._buffer[len(self._buffer) - keep :]
+            break
+        return events
+
+    def finish(self) -> list[ReasoningEvent]:
+        """Everything still held: generation stopped. An unclosed <think> leaves content empty."""
+        events: list[ReasoningEvent] = []
+        buffer, self._buffer = self._buffer, ""
+        if self._state == "start":
+            self._emit(events, "content", buffer)
+        elif self._state == "reasoning":
+            self._emit_reasoning(events, buffer, final=True)
+        elif buffer:
+            self._emit(events, "content", buffer)
+        return events
+
+    def _emit_reasoning(self, events: list[ReasoningEvent], text: str, final: bool) -> None:
+        text = self._pending_space + text
+        self._pending_space = ""
+        if final:
+            text = text.rstrip()
+        else:
+            body = text.rstrip()
+            self._pending_space = text[len(body) :]
+            text = body
+        self._emit(events, "reasoning", text)
+
+    def _emit(self, events: list[ReasoningEvent], kind: str, text: str) -> None:
+        if self._at_segment_start:
+            text = text.lstrip()
+            if not text:
+                return
+            self._at_segment_start = False
+        if not text:
+            return
+        if events and events[-1].kind == kind:
+            events[-1] = ReasoningEvent(kind, events[-1].text + text)
+        else:
+            events.append(ReasoningEvent(kind, text))
+
+
+def split_reasoning(text: str, thinking_open: bool = False) -> tuple[str, str]:
+    """(reasoning, content) of a whole output: the non-streaming form of the same rules."""
+    splitter = ReasoningSplitter(thinking_open)
+    events = splitter.feed(text) + splitter.finish()
+    reasoning = "".join(e.text for e in events if e.kind == "reasoning")
+    content = "".join(e.text for e in events if e.kind == "content")
+    return reasoning, content
