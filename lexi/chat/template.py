@@ -81,7 +81,9 @@ def read_template_file(path: str | os.PathLike[str]) -> str:
         with open(path, "rb") as fh:
             data = fh.read(MAX_TEMPLATE_BYTES + 1)
     except OSError as exc:
-        raise ChatTemplateError(f"chat template file {os.fspath(path)!r} is unreadable: {exc.strerror or exc}") from None
+        raise ChatTemplateError(
+            f"chat template file {os.fspath(path)!r} is unreadable: {exc.strerror or exc}"
+        ) from None
     if len(data) > MAX_TEMPLATE_BYTES:
         raise ChatTemplateError(f"chat template file {os.fspath(path)!r} is over {MAX_TEMPLATE_BYTES} bytes (256 KiB)")
     try:
@@ -122,9 +124,7 @@ class ChatTemplate:
     def has_thinking_switch(self) -> bool:
         return any(name in self.source for name in THINKING_VARIABLES)
 
-    def variables(
-        self, kwargs: Mapping[str, Any] | None = None, reasoning_effort: str | None = None
-    ) -> dict[str, Any]:
+    def variables(self, kwargs: Mapping[str, Any] | None = None, reasoning_effort: str | None = None) -> dict[str, Any]:
         """Template variables: server defaults, then the request's kwargs, then its reasoning_effort.
 
         reasoning_effort comes last because it is the request's explicit choice: on a template with a

@@ -35,7 +35,9 @@ def _run(chunks, thinking_open):
     for event in events:
         assert event.text, "no empty events"
         assert "<think>" not in event.text or event.kind == "content"
-    return "".join(e.text for e in events if e.kind == "reasoning"), "".join(e.text for e in events if e.kind == "content")
+    return "".join(e.text for e in events if e.kind == "reasoning"), "".join(
+        e.text for e in events if e.kind == "content"
+    )
 
 
 def _every_split(text, max_full=13):

@@ -61,7 +61,9 @@ def test_chatml_default_and_bos_eos():
     prompt = tpl.render([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}])
     assert prompt == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert not tpl.has_thinking_switch
-    tpl = ChatTemplate("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}", "t", bos_token="<s>", eos_token="</s>")
+    tpl = ChatTemplate(
+        "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}", "t", bos_token="<s>", eos_token="</s>"
+    )
     assert tpl.render([{"role": "user", "content": "x"}], add_generation_prompt=False) == "<s>x</s>"
 
 
@@ -122,7 +124,8 @@ def test_reserved_kwargs_refused(key):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"a": [1]}, {"a": {"b": 1}}, {"a": float("nan")}, {"enable_thinking": "yes"}, {"reasoning_effort": "max"}]
+    "kwargs",
+    [{"a": [1]}, {"a": {"b": 1}}, {"a": float("nan")}, {"enable_thinking": "yes"}, {"reasoning_effort": "max"}],
 )
 def test_kwargs_value_types_refused(kwargs):
     with pytest.raises(ValueError):
@@ -156,8 +159,12 @@ def test_embedded_smollm2_template_renders_like_transformers(smollm2_gguf):
     tpl = ChatTemplate(source, "GGUF tokenizer.chat_template")
     for messages in (
         [{"role": "user", "content": "Hi there"}],
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
-         {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "and 3+3?"},
+        ],
     ):
         for add in (True, False):
             ours = tpl.render(messages, add_generation_prompt=add)
