@@ -59,7 +59,9 @@ class Engine:
         self.config = config
         self.scheduler = Scheduler(config)
         self.runner = ModelRunner(model, config)
-        self.stats = EngineStats(slots_total=config.parallel)
+        self.stats = EngineStats(
+            slots_total=config.parallel, kv_blocks_total=config.num_blocks, kv_blocks_free=config.num_blocks
+        )
         self._eog = frozenset(tokenizer.eog_ids) | {tokenizer.eos_id}
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -156,10 +158,12 @@ class Engine:
         stream.output = OutputProcessor(self.tokenizer.detokenizer(), params.stop, eog, params.max_tokens)
         self.scheduler.add(seq, stream.submitted)
         self.stats.requests_total += 1
+        self._update_gauges()
 
     def step(self) -> None:
         """One scheduling decision and, if anything runs, one batched forward."""
         out = self.scheduler.schedule(time.monotonic())
+        self._update_gauges()
         for seq in out.rejected:
             self.stats.requests_rejected += 1
             seq.payload.push(EngineBusy(f"no free slot within {self.config.queue_wait:g} s"))
@@ -172,8 +176,7 @@ class Engine:
         if out.scheduled:
             self._run_batch(out.scheduled)
             self.stats.steps_total += 1
-        self.stats.slots_busy = len(self.scheduler.running)
-        self.stats.queue_depth = len(self.scheduler.waiting)
+        self._update_gauges()
 
     def _run_batch(self, scheduled: list[ScheduledSeq]) -> None:
         try:
@@ -214,10 +217,19 @@ class Engine:
         text = stream.output.feed(result.token_id, constraint_done)
         reason = stream.output.finish_reason
         logprobs = (result.logprob,) if result.logprob is not None else ()
-        self._emit(seq, CompletionDelta(text, (result.token_id,), logprobs, reason))
-        if reason is not None:
+        if reason is not None:  # slot and blocks are back before the caller sees the last event
             self.stats.requests_finished += 1
-            self.scheduler.finish(seq)
+            self._release(seq)
+        self._emit(seq, CompletionDelta(text, (result.token_id,), logprobs, reason))
+
+    def _release(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        self.stats.slots_busy = len(self.scheduler.running)
+        self.stats.queue_depth = len(self.scheduler.waiting)
+        self.stats.kv_blocks_free = self.scheduler.blocks.num_free
 
     def _emit(self, seq: Sequence, delta: CompletionDelta) -> None:
         """Stamp the running usage counts on the event and send it."""
@@ -227,7 +239,7 @@ class Engine:
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         self.stats.requests_failed += 1
-        self.scheduler.finish(seq)
+        self._release(seq)
         seq.payload.push(exc)
 
     def _fail_all(self, exc: BaseException) -> None:

@@ -10,6 +10,8 @@ class EngineStats:
     slots_total: int = 0
     slots_busy: int = 0
     queue_depth: int = 0
+    kv_blocks_total: int = 0
+    kv_blocks_free: int = 0  # nobody holds them (prefix-cached ones included: evictable)
     requests_total: int = 0  # accepted onto the queue
     requests_finished: int = 0
     requests_rejected: int = 0  # EngineBusy
