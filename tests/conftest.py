@@ -47,3 +47,19 @@ def gemma3_tokenizer(gemma3_gguf):
     from lexi.gguf.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(gemma3_gguf)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(smollm2_gguf):
+    """SmolLM2 loaded once with the default LoadConfig (shared by model, engine and http tests)."""
+    from lexi.model.loader import load_model
+
+    return load_model(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def gemma3_model(gemma3_gguf):
+    """Gemma 3 270M loaded once with the default LoadConfig."""
+    from lexi.model.loader import load_model
+
+    return load_model(gemma3_gguf)
