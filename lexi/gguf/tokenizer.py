@@ -38,6 +38,17 @@ _EOG_TEXTS = (
     "_<EOT>",
     "<|end_of_text|>",
     "<end_of_utterance>",
+    # llama.cpp also stops at fill-in-the-middle pad, repo and file-separator tokens.
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+    "<|file_sep|>",
 )
 _NOT_TEXT = frozenset({TokenType.CONTROL, TokenType.UNKNOWN, TokenType.UNUSED})
 _SPACE = "\u2581"
@@ -52,6 +63,7 @@ class Tokenizer:
         model: str,
         hf: HFTokenizer,
         tokens: list[str],
+        ids: dict[str, int],
         types: list[int],
         bos_id: int | None,
         eos_id: int,
@@ -73,7 +85,7 @@ class Tokenizer:
         self._types = types
         self._bytes = token_bytes_table(tokens, types, byte_level=model == "gpt2")
         self._not_text = [t in _NOT_TEXT for t in types]
-        self._ids = {text: i for i, text in enumerate(tokens)}  # a repeated text maps to its last id, as in llama.cpp
+        self._ids = ids
         user = {tokens[i]: i for i, t in enumerate(types) if t == TokenType.USER_DEFINED}
         control = {tokens[i]: i for i, t in enumerate(types) if t in (TokenType.CONTROL, TokenType.UNKNOWN)}
         self._split_plain = SpecialSplitter(user)
@@ -96,12 +108,12 @@ class Tokenizer:
         types = meta.get("tokenizer.ggml.token_type") or [int(TokenType.NORMAL)] * len(tokens)
         if len(types) != len(tokens):
             raise GGUFError(f"{f.path}: {len(types)} token types for {len(tokens)} tokens")
+        ids = {text: i for i, text in enumerate(tokens)}  # a repeated text maps to its last id, as in llama.cpp
         if model == "gpt2":
-            hf = _byte_level_bpe(f, tokens)
+            hf = _byte_level_bpe(f, ids)
         else:
             scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
-            hf = _sentencepiece_bpe(tokens, scores)
-        ids = {text: i for i, text in enumerate(tokens)}
+            hf = _sentencepiece_bpe(tokens, scores, ids)
         bos_id = meta.get("tokenizer.ggml.bos_token_id")
         eog = {
             meta[k]
@@ -109,6 +121,8 @@ class Tokenizer:
             if k in meta
         }
         eog |= {ids[text] for text in _EOG_TEXTS if text in ids}
+        # llama.cpp makes every end-of-generation token a control token, whatever the file says.
+        types = [int(TokenType.CONTROL) if i in eog else t for i, t in enumerate(types)]
         eos_id = meta.get("tokenizer.ggml.eos_token_id", meta.get("tokenizer.ggml.eot_token_id"))
         if eos_id is None:
             if not eog:
@@ -119,6 +133,7 @@ class Tokenizer:
             model=model,
             hf=hf,
             tokens=tokens,
+            ids=ids,
             types=types,
             bos_id=bos_id,
             eos_id=eos_id,
@@ -207,7 +222,7 @@ class IncrementalDetokenizer:
         return self._decoder.decode(b"", final=True)
 
 
-def _byte_level_bpe(f: GGUFFile, tokens: list[str]) -> HFTokenizer:
+def _byte_level_bpe(f: GGUFFile, vocab: dict[str, int]) -> HFTokenizer:
     pre = f.metadata.get("tokenizer.ggml.pre")
     spec = pre_tokenizer_spec(pre)
     if spec is None:
@@ -216,21 +231,18 @@ def _byte_level_bpe(f: GGUFFile, tokens: list[str]) -> HFTokenizer:
             f"(supported: {', '.join(SUPPORTED_PRE_TOKENIZERS)})"
         )
     merges = [tuple(m.split(" ", 1)) for m in f.metadata.get("tokenizer.ggml.merges", [])]
-    vocab = {text: i for i, text in enumerate(tokens)}
     hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=spec.ignore_merges))
     hf.pre_tokenizer = build_pre_tokenizer(spec)
     return hf
 
 
-def _sentencepiece_bpe(tokens: list[str], scores: list[float]) -> HFTokenizer:
+def _sentencepiece_bpe(tokens: list[str], scores: list[float], vocab: dict[str, int]) -> HFTokenizer:
     """BPE whose merge order is the vocabulary by descending score: SentencePiece's BPE, as llama.cpp runs it."""
-    vocab = {text: i for i, text in enumerate(tokens)}
-    ranked = sorted(range(len(tokens)), key=lambda i: -scores[i])
-    merges = []
-    for i in ranked:
+    contains = vocab.__contains__
+    merges: list[tuple[str, str]] = []
+    # Python's sort is stable, so equal scores keep vocabulary order (lower id merges first).
+    for i in sorted(range(len(tokens)), key=scores.__getitem__, reverse=True):
         text = tokens[i]
-        for cut in range(1, len(text)):
-            left, right = text[:cut], text[cut:]
-            if left in vocab and right in vocab:
-                merges.append((left, right))
+        if len(text) > 1:
+            merges += [(text[:c], text[c:]) for c in range(1, len(text)) if contains(text[:c]) and contains(text[c:])]
     return HFTokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True))
