@@ -8,6 +8,7 @@ block ``block_tables[s, p // block_size]`` at offset ``p % block_size``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -135,6 +136,19 @@ def paged_attention_ref(
     return out
 
 
+PAGED_ATTENTION_VARIANTS = ("auto", "reference", "decode", "prefill")
+
+
+def choose_variant(device: torch.device, meta: AttentionMetadata) -> str:
+    """The implementation `paged_attention` runs: Triton on CUDA (the decode kernel when every sequence
+    adds exactly one token, the prefill kernel for any other mix), the PyTorch reference elsewhere."""
+    if device.type != "cuda":
+        return "reference"
+    if meta.num_seqs > 0 and all(b - a == 1 for a, b in pairwise(meta.query_start_host)):
+        return "decode"
+    return "prefill"
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -144,6 +158,22 @@ def paged_attention(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    variant: str = "auto",
 ) -> torch.Tensor:
-    """Dispatch: the Triton kernels on CUDA (engine issue), the reference elsewhere."""
-    return paged_attention_ref(q, k_cache, v_cache, meta, scale=scale, sliding_window=sliding_window, softcap=softcap)
+    """Same contract as `paged_attention_ref`; `variant` forces one implementation (tests run the Triton
+    ones on the CPU under TRITON_INTERPRET=1), "auto" asks `choose_variant`."""
+    if variant not in PAGED_ATTENTION_VARIANTS:
+        raise ValueError(f"variant must be one of {PAGED_ATTENTION_VARIANTS}, got {variant!r}")
+    if variant == "auto":
+        variant = choose_variant(q.device, meta)
+    kwargs = {"scale": scale, "sliding_window": sliding_window, "softcap": softcap}
+    if variant == "decode":
+        # Imported here: importing the model must not import Triton (nor fix its interpreter choice).
+        from lexi.kernels.paged_attention_decode import paged_attention_decode
+
+        return paged_attention_decode(q, k_cache, v_cache, meta, **kwargs)
+    if variant == "prefill":
+        from lexi.kernels.paged_attention_prefill import paged_attention_prefill
+
+        return paged_attention_prefill(q, k_cache, v_cache, meta, **kwargs)
+    return paged_attention_ref(q, k_cache, v_cache, meta, **kwargs)

@@ -1,0 +1,150 @@
+"""Paged attention for prefill and mixed steps: each sequence's chunk of new rows, causal, ragged.
+
+Math, for sequence s owning rows query_start[s]:query_start[s+1] (n = their count) with L = seq_lens[s]
+tokens cached after this step: row i (0 <= i < n) is the token at position p_i = L - n + i, and for query
+head h with KV head g = h // (H / KVH)
+
+    keys j with max(0, p_i - sliding_window + 1) <= j <= p_i (all j <= p_i when the window is 0)
+    z_ij = scale * q[row, h] . K[s, j, g]          then z_ij = softcap * tanh(z_ij / softcap) if softcap > 0
+    out[row, h] = sum_j softmax_j(z_i)_j V[s, j, g]
+
+so a chunk attends to its cached prefix and causally to itself, whose K/V `write_kv` has already put in
+the cache. Layout read: q (T, H, D) flat over the batch, k_cache / v_cache (num_blocks, block_size, KVH,
+D) through block_tables (S, max_blocks) int32, query_start (S+1,) and seq_lens (S,) int32.
+
+Grid (query tiles of the longest chunk, S, H): a program takes BLOCK_M rows of one sequence and one
+query head (tiles past the end of a shorter chunk return at once) and walks key tiles of BLOCK_N from the
+window start of its first row to its last row's position: no tile beyond the causal diagonal is read.
+The online softmax runs in fp32 in base 2; a row whose keys all lie in later tiles (window) keeps
+m = -inf until its first key arrives, and the guard below keeps that from turning into NaN.
+Query heads of a GQA group re-read the same K/V tile (served from L2), unlike the decode kernel.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import torch
+import triton
+import triton.language as tl
+
+from lexi.kernels.paged_attention import AttentionMetadata
+from lexi.kernels.paged_attention_common import (
+    LOG2E,
+    _cap_scores,
+    _load_kv_tile,
+    check_inputs,
+    check_out,
+    dot_precision,
+)
+
+
+@triton.jit
+def _paged_attention_prefill_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_ptr, seq_lens_ptr, out_ptr,
+    scale, softcap, sliding_window,
+    stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    tile = tl.program_id(0)
+    seq = tl.program_id(1)
+    head = tl.program_id(2)
+
+    row_start = tl.load(query_start_ptr + seq)
+    n_new = tl.load(query_start_ptr + seq + 1) - row_start
+    if tile * BLOCK_M >= n_new:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context = seq_len - n_new
+    kv_head = head // GROUP
+
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_new
+    pos = context + rows
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    q_ptrs = q_ptr + (row_start + rows).to(tl.int64)[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+    bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
+
+    first_pos = context + tile * BLOCK_M
+    hi = tl.minimum(first_pos + BLOCK_M, seq_len)  # one past the last row's position
+    lo = tl.where(sliding_window > 0, tl.maximum(first_pos - sliding_window + 1, 0), 0)
+    lo = (lo // BLOCK_N) * BLOCK_N
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        tok = start + tl.arange(0, BLOCK_N)
+        tok_mask = tok < hi
+        k = _load_kv_tile(k_cache_ptr, bt_row, kv_head, tok, tok_mask, offs_d, d_mask,
+                          stride_cb, stride_ct, stride_ch, BLOCK_SIZE)  # fmt: skip
+        z = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * scale
+        if HAS_SOFTCAP:
+            z = _cap_scores(z, softcap)
+        allowed = tok_mask[None, :] & (tok[None, :] <= pos[:, None])
+        allowed = allowed & ((sliding_window <= 0) | (tok[None, :] > pos[:, None] - sliding_window))
+        z = tl.where(allowed, z * LOG2E, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(z, 1))
+        # Rows with no allowed key yet: subtract 0 instead of -inf, so p = 0 and alpha = 0, not NaN.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(z - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        v = _load_kv_tile(v_cache_ptr, bt_row, kv_head, tok, tok_mask, offs_d, d_mask,
+                          stride_cb, stride_ct, stride_ch, BLOCK_SIZE)  # fmt: skip
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+
+    # Valid rows always see their own key, so l > 0 there; padding rows are not stored.
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    out_ptrs = out_ptr + (row_start + rows).to(tl.int64)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+
+
+def prefill_tiles(head_dim: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps): the fp32 accumulator is BLOCK_M x head_dim, so wide heads take
+    narrower key tiles to stay in registers (H200: 64x64 at D <= 128, 64x32 with 8 warps at D = 256)."""
+    if head_dim <= 128:
+        return 64, 64, 4
+    return 64, 32, 8
+
+
+def paged_attention_prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Varlen causal attention, q (T, H, D) -> (T, H, D) in q's dtype; caches already hold this step's K/V.
+
+    `out`, if given, is written in place (every row of every sequence) and returned.
+    """
+    group = check_inputs(q, k_cache, v_cache, meta.block_tables)
+    n_tokens, n_heads, head_dim = q.shape
+    if n_tokens != meta.query_start_host[-1]:
+        raise ValueError(f"q has {n_tokens} rows, query_start ends at {meta.query_start_host[-1]}")
+    out = torch.empty_like(q) if out is None else check_out(out, q)
+    starts = meta.query_start_host
+    max_new = max((b - a for a, b in pairwise(starts)), default=0)
+    if max_new == 0:
+        return out
+    block_m, block_n, num_warps = prefill_tiles(head_dim)
+    grid = (triton.cdiv(max_new, block_m), meta.num_seqs, n_heads)
+    _paged_attention_prefill_kernel[grid](
+        q, k_cache, v_cache, meta.block_tables, meta.query_start, meta.seq_lens, out,
+        float(scale), float(softcap), int(sliding_window),
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        meta.block_tables.stride(0), out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_D=triton.next_power_of_2(head_dim), HAS_SOFTCAP=softcap > 0.0, DOT_PRECISION=dot_precision(q.dtype),
+        num_warps=num_warps,
+    )  # fmt: skip
+    return out
