@@ -10,6 +10,103 @@ def main() -> None:
     """LexiEngine: one GGUF model over an OpenAI-compatible HTTP API."""
 
 
+def _json_object(ctx, param, value):
+    import json
+
+    if value is None:
+        return {}
+    try:
+        data = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter("must be a JSON object")
+    return data
+
+
+@main.command("serve")
+@click.option("-m", "--model", "model_name", default=None, help="A GGUF path or a bundled model name (default model).")
+@click.option("--alias", multiple=True, help="HTTP model name; repeatable. The first is the public id.")
+@click.option("--chat-template-file", default=None, help="A Jinja chat template replacing the GGUF's.")
+@click.option("--chat-template-kwargs", callback=_json_object, help="JSON object of default template variables.")
+@click.option("--reasoning-format", type=click.Choice(["auto", "none"]), default="auto", show_default=True)
+@click.option("--temp", type=click.FloatRange(0, 2), default=None, help="Default temperature (0-2).")
+@click.option("--top-p", type=click.FloatRange(0, 1), default=None, help="Default top_p (0-1).")
+@click.option("--top-k", type=click.IntRange(0, 100000), default=None, help="Default top_k (0-100000).")
+@click.option("--min-p", type=click.FloatRange(0, 1), default=None, help="Default min_p (0-1).")
+@click.option("--n-predict", type=click.IntRange(1, 131072), default=None, help="Default max_tokens (1-131072).")
+@click.option("--queue-wait", type=click.FloatRange(0, 86400), default=0.0, show_default=True, help="Seconds to wait.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--parallel", type=click.IntRange(1, 256), default=4, show_default=True, help="Slots.")
+@click.option("--ctx-size", type=click.IntRange(16, 1 << 20), default=4096, show_default=True, help="Tokens per slot.")
+@click.option("--batch-size", type=click.IntRange(1, 1 << 16), default=512, show_default=True)
+@click.option(
+    "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True
+)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--api-key", multiple=True, help="Bearer key required on every route but /health; repeatable.")
+@click.option("--api-key-file", default=None, help="A file of keys, one a line.")
+def serve_command(**opts) -> None:
+    """Serve one model over the OpenAI-compatible HTTP API."""
+    import logging
+
+    from lexi.chat.template import ChatTemplateError
+    from lexi.engine.config import EngineConfig
+    from lexi.gguf.errors import GGUFError
+    from lexi.http.auth import read_key_file
+    from lexi.http.config import SamplingDefaults, ServerConfig
+    from lexi.http.server import serve
+    from lexi.model.loader import LoadConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    keys = tuple(opts["api_key"])
+    if opts["api_key_file"] is not None:
+        try:
+            keys += read_key_file(opts["api_key_file"])
+        except (OSError, UnicodeDecodeError) as exc:
+            message = f"cannot read {opts['api_key_file']!r}: {exc}"
+            raise click.BadParameter(message, param_hint="--api-key-file") from None
+        if not keys:
+            raise click.BadParameter("the file holds no key", param_hint="--api-key-file")
+    try:
+        config = ServerConfig(
+            model=opts["model_name"],
+            aliases=opts["alias"],
+            chat_template_file=opts["chat_template_file"],
+            chat_template_kwargs=opts["chat_template_kwargs"],
+            reasoning_format=opts["reasoning_format"],
+            host=opts["host"],
+            port=opts["port"],
+            api_keys=keys,
+        )
+        sampling = SamplingDefaults(
+            temp=opts["temp"],
+            top_p=opts["top_p"],
+            top_k=opts["top_k"],
+            min_p=opts["min_p"],
+            n_predict=opts["n_predict"],
+        )
+        engine = EngineConfig(
+            parallel=opts["parallel"],
+            ctx_size=opts["ctx_size"],
+            batch_size=opts["batch_size"],
+            queue_wait=opts["queue_wait"],
+        )
+        load = LoadConfig(dtype=opts["dtype"], device=opts["device"])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        code = serve(config, sampling, engine, load)
+    except ChatTemplateError as exc:
+        if config.chat_template_file is not None:
+            raise click.BadParameter(str(exc), param_hint="--chat-template-file") from None
+        raise click.ClickException(str(exc)) from None
+    except GGUFError as exc:
+        raise click.ClickException(str(exc)) from None
+    raise SystemExit(code)
+
+
 @main.command("models")
 def models_command() -> None:
     """List the bundled models that --model accepts by name."""

@@ -1,0 +1,136 @@
+"""What every route shares: the body read with a size limit, auth, the 503 while loading, errors, metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import tornado.web
+from tornado.iostream import StreamClosedError
+
+from lexi.http.auth import bearer_token, key_matches
+from lexi.http.errors import ApiError, status_error
+from lexi.http.generation import EngineStream
+from lexi.http.protocol import parse_json_body
+from lexi.http.state import ServerState
+
+log = logging.getLogger(__name__)
+
+
+@tornado.web.stream_request_body
+class BaseHandler(tornado.web.RequestHandler):
+    route = "other"  # the metrics label
+    requires_auth = True
+    needs_model = True  # answered 503 until the model has loaded
+
+    def initialize(self, state: ServerState) -> None:
+        self.state = state
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self.received = time.monotonic()
+
+    def prepare(self) -> None:
+        if self.requires_auth and self.state.config.api_keys:
+            token = bearer_token(self.request.headers.get("Authorization"))
+            if not key_matches(token, self.state.config.api_keys):
+                self.set_header("WWW-Authenticate", "Bearer")
+                raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
+        declared = self.request.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > self.state.config.max_body_bytes:
+            raise self._too_large()
+        if self.needs_model and not self.state.ready:
+            raise ApiError(503, "the model is loading", code="model_loading")
+
+    def data_received(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size <= self.state.config.max_body_bytes:
+            self._chunks.append(chunk)
+
+    def json_body(self) -> dict[str, Any]:
+        if self._size > self.state.config.max_body_bytes:
+            raise self._too_large()
+        return parse_json_body(b"".join(self._chunks))
+
+    def _too_large(self) -> ApiError:
+        return ApiError(413, f"request body is over {self.state.config.max_body_bytes} bytes", code="body_too_large")
+
+    def write_json(self, body: dict[str, Any], status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body, ensure_ascii=False))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, ApiError):
+            error = exc
+        elif isinstance(exc, tornado.web.HTTPError):
+            error = status_error(exc.status_code, exc.log_message if exc.log_message else None)
+        else:
+            error = ApiError(500, "internal server error", type="server_error")
+        self.clear_header("Content-Type")
+        self.set_status(error.status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(error.body(), ensure_ascii=False))
+
+    def log_exception(self, typ, value, tb) -> None:
+        if isinstance(value, ApiError):
+            return  # the client's answer, not a server fault
+        super().log_exception(typ, value, tb)
+
+    def on_finish(self) -> None:
+        self.state.metrics.requests.labels(self.route, str(self.get_status())).inc()
+
+
+class NotFoundHandler(BaseHandler):
+    """Unknown routes: auth is still checked first, so a keyless caller learns nothing about routes."""
+
+    needs_model = False
+
+    def prepare(self) -> None:
+        super().prepare()
+        raise ApiError(404, f"no route {self.request.method} {self.request.path}", code="not_found")
+
+
+class GenerationHandler(BaseHandler):
+    """A route that runs the engine: a client that goes away aborts its request and frees the slot."""
+
+    stream: EngineStream | None = None
+    client_gone = False
+
+    async def start_generation(self, request) -> EngineStream:
+        self.stream = EngineStream(self.state.runtime.engine, request, self._first_token)
+        if self.client_gone:  # closed while the body was parsed or the prompt rendered
+            self.stream.aborted = True
+        await self.stream.start()
+        return self.stream
+
+    def _first_token(self) -> None:
+        self.state.metrics.ttft.observe(time.monotonic() - self.received)
+
+    def on_connection_close(self) -> None:
+        self.client_gone = True
+        if self.stream is not None:
+            self.stream.abort()
+
+    def count_tokens(self, last) -> None:
+        if last is not None:
+            self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
+            self.state.metrics.completion_tokens.inc(last.completion_tokens)
+
+    def start_sse(self) -> None:
+        from lexi.http.sse import HEADERS
+
+        for key, value in HEADERS.items():
+            self.set_header(key, value)
+
+    async def send(self, data: bytes) -> bool:
+        """Write and flush one frame; False (and the request aborted) once the client has gone."""
+        try:
+            self.write(data)
+            await self.flush()
+            return True
+        except StreamClosedError:
+            self.on_connection_close()
+            return False

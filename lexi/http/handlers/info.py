@@ -1,0 +1,53 @@
+"""GET /health, /metrics, /v1/models and /v1/models/{id}: answered while the model loads, too."""
+
+from __future__ import annotations
+
+from lexi.http.errors import ApiError
+from lexi.http.handlers.base import BaseHandler
+from lexi.http.metrics import CONTENT_TYPE
+from lexi.http.responses import model_entry
+
+
+class HealthHandler(BaseHandler):
+    """503 while loading, 200 once ready: the server listens before the weights are in memory."""
+
+    route = "health"
+    requires_auth = False
+    needs_model = False
+
+    def get(self) -> None:
+        if self.state.load_error is not None:
+            raise ApiError(503, f"the model failed to load: {self.state.load_error}", code="model_load_failed")
+        if not self.state.ready:
+            raise ApiError(503, "the model is loading", code="model_loading")
+        self.write_json({"status": "ok"})
+
+
+class MetricsHandler(BaseHandler):
+    route = "metrics"
+    needs_model = False
+
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE)
+        self.finish(self.state.metrics.exposition())
+
+
+class ModelsHandler(BaseHandler):
+    route = "models"
+    needs_model = False
+
+    def get(self) -> None:
+        names = self.state.names
+        data = [model_entry(name, self.state.created, names.public_id) for name in names.all]
+        self.write_json({"object": "list", "data": data})
+
+
+class ModelHandler(BaseHandler):
+    route = "models"
+    needs_model = False
+
+    def get(self, model_id: str) -> None:
+        names = self.state.names
+        if model_id not in names.all:
+            raise ApiError(404, f"model {model_id!r} does not exist", param="model", code="model_not_found")
+        self.write_json(model_entry(model_id, self.state.created, names.public_id))

@@ -1,0 +1,49 @@
+"""llama.cpp's helper routes: POST /tokenize, /detokenize and /apply-template, in its request shapes."""
+
+from __future__ import annotations
+
+from lexi.http.handlers.base import BaseHandler
+from lexi.http.handlers.chat import render_prompt
+from lexi.http.protocol import Fields
+from lexi.http.protocol_chat import parse_chat_request
+
+
+class TokenizeHandler(BaseHandler):
+    route = "tokenize"
+
+    def post(self) -> None:
+        f = Fields(self.json_body())
+        content = f.string("content")
+        if content is None:
+            f.fail("content", "is required")
+        tokenizer = self.state.runtime.tokenizer
+        add_bos = f.boolean("add_special") and bool(tokenizer.add_bos)
+        ids = tokenizer.encode(content, add_bos=add_bos, special=f.boolean("parse_special", True))
+        if f.boolean("with_pieces"):
+            pieces = [{"id": i, "piece": tokenizer.token_bytes(i).decode("utf-8", "replace")} for i in ids]
+            self.write_json({"tokens": pieces})
+        else:
+            self.write_json({"tokens": ids})
+
+
+class DetokenizeHandler(BaseHandler):
+    route = "detokenize"
+
+    def post(self) -> None:
+        f = Fields(self.json_body())
+        tokens = f.array("tokens") or []
+        vocab = self.state.runtime.tokenizer.vocab_size
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in tokens):
+            f.fail("tokens", f"must be an array of token ids in [0, {vocab})")
+        self.write_json({"content": self.state.runtime.tokenizer.decode(tokens)})
+
+
+class ApplyTemplateHandler(BaseHandler):
+    """The prompt a chat request would be given, without generating (a chat body is accepted as is)."""
+
+    route = "apply_template"
+
+    def post(self) -> None:
+        req = parse_chat_request(self.json_body(), self.state.sampling)
+        prompt = render_prompt(self.state, req)
+        self.write_json({"prompt": prompt.text})

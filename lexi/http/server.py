@@ -1,0 +1,58 @@
+"""Starting the server: check what can be checked, listen, then load the model in the background.
+
+The order is the contract: a bad model file or chat template is refused before the port is opened
+(the process exits non-zero and nothing ever listened); once listening, /health says 503 until the
+engine is ready, and a load failure stops the process with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import tornado.httpserver
+import tornado.netutil
+
+from lexi.engine.config import EngineConfig
+from lexi.http.app import make_app
+from lexi.http.config import SamplingDefaults, ServerConfig
+from lexi.http.state import load_in_background, prepare_state
+
+log = logging.getLogger(__name__)
+_MAX_STREAMED_BODY = 1 << 30  # the app enforces ServerConfig.max_body_bytes itself, with a 413
+
+
+def serve(config: ServerConfig, sampling: SamplingDefaults, engine_config: EngineConfig, load_config) -> int:
+    """Run until SIGINT/SIGTERM; returns the exit status. Startup refusals raise before anything listens."""
+    state, gguf_file = prepare_state(config, sampling, engine_config)
+    return asyncio.run(_serve(state, gguf_file, load_config))
+
+
+async def _serve(state, gguf_file, load_config) -> int:
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+    status = {"code": 0}
+    server = tornado.httpserver.HTTPServer(make_app(state), max_body_size=_MAX_STREAMED_BODY, xheaders=False)
+    sockets = tornado.netutil.bind_sockets(state.config.port, state.config.host)
+    server.add_sockets(sockets)
+    port = sockets[0].getsockname()[1]
+    print(f"lexi-engine: listening on http://{state.config.host}:{port} (model {state.names.public_id})", flush=True)
+
+    def loaded(error: str | None) -> None:
+        if error is None:
+            print(f"lexi-engine: model {state.names.public_id} ready", flush=True)
+            return
+        print(f"lexi-engine: the model failed to load: {error}", file=sys.stderr, flush=True)
+        status["code"] = 1
+        loop.call_soon_threadsafe(stopped.set)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopped.set)
+    load_in_background(state, gguf_file, load_config, loaded)
+    await stopped.wait()
+    server.stop()
+    if state.runtime is not None:
+        await asyncio.get_running_loop().run_in_executor(None, state.runtime.engine.shutdown)
+    return status["code"]

@@ -1,0 +1,124 @@
+"""What the handlers share: the configs, the model's names and template, and the runtime once loaded.
+
+`prepare_state` runs before the server listens and refuses (ChatTemplateError, GGUFError) anything
+that would make it useless: the model file's header and the chat template are checked there. The
+weights, the tokenizer and the engine then load on a background thread while /health answers 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lexi.chat.template import CHATML_STOP, CHATML_TEMPLATE, ChatTemplate, read_template_file
+from lexi.engine.config import EngineConfig
+from lexi.http.config import SamplingDefaults, ServerConfig
+from lexi.http.metrics import Metrics
+from lexi.http.names import ModelNames
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Set once, when loading finished: handlers see all of it or none of it."""
+
+    tokenizer: Any  # lexi.gguf.tokenizer.Tokenizer
+    engine: Any  # lexi.engine.engine.Engine
+
+
+@dataclass(slots=True)
+class ServerState:
+    config: ServerConfig
+    sampling: SamplingDefaults
+    engine_config: EngineConfig
+    model_path: Path
+    names: ModelNames
+    template: ChatTemplate
+    extra_stop: tuple[str, ...] = ()  # stop strings the template implies (ChatML default on a foreign vocabulary)
+    created: int = field(default_factory=lambda: int(time.time()))
+    runtime: Runtime | None = None
+    load_error: str | None = None
+    metrics: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(lambda: self.runtime.engine.stats if self.runtime else None)
+
+    @property
+    def ready(self) -> bool:
+        return self.runtime is not None
+
+
+def template_for(config: ServerConfig, metadata: dict[str, Any]) -> ChatTemplate:
+    """The file's template if given, else the GGUF's, else ChatML; each held to the same checks."""
+    tokens = metadata.get("tokenizer.ggml.tokens") or []
+
+    def token(key: str) -> str:
+        index = metadata.get(key)
+        return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else ""
+
+    if config.chat_template_file is not None:
+        source, origin = read_template_file(config.chat_template_file), f"file {config.chat_template_file!r}"
+    elif "tokenizer.chat_template" in metadata:
+        source, origin = metadata["tokenizer.chat_template"], "the GGUF's tokenizer.chat_template"
+    else:
+        source, origin = CHATML_TEMPLATE, "the ChatML default"
+    return ChatTemplate(
+        source,
+        origin,
+        bos_token=token("tokenizer.ggml.bos_token_id"),
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        default_kwargs=config.chat_template_kwargs,
+    )
+
+
+def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_config: EngineConfig):
+    """(state, gguf file): everything checkable before listening. Raises on a bad model file or template."""
+    from lexi.gguf.bundled import resolve_model
+    from lexi.gguf.reader import read_gguf
+
+    path = resolve_model(config.model)
+    gguf_file = read_gguf(path)
+    template = template_for(config, gguf_file.metadata)
+    tokens = gguf_file.metadata.get("tokenizer.ggml.tokens") or []
+    extra_stop = (CHATML_STOP,) if template.source == CHATML_TEMPLATE and CHATML_STOP not in tokens else ()
+    state = ServerState(
+        config=config,
+        sampling=sampling,
+        engine_config=engine_config,
+        model_path=path,
+        names=ModelNames.build(config.aliases, path),
+        template=template,
+        extra_stop=extra_stop,
+    )
+    return state, gguf_file
+
+
+def load_in_background(state: ServerState, gguf_file, load_config, on_done: Callable[[str | None], None]) -> None:
+    """Build tokenizer, model and engine on a thread; `on_done(error)` is called from that thread."""
+
+    def work() -> None:
+        try:
+            from lexi.engine.engine import Engine
+            from lexi.gguf.tokenizer import Tokenizer
+            from lexi.model.loader import load_model
+
+            started = time.monotonic()
+            tokenizer = Tokenizer.from_gguf(gguf_file)
+            model = load_model(gguf_file, load_config)
+            engine = Engine(model, tokenizer, state.engine_config)
+            engine.start()
+            state.runtime = Runtime(tokenizer, engine)
+            log.info("model %s ready in %.1f s", state.names.public_id, time.monotonic() - started)
+            on_done(None)
+        except Exception as exc:  # the server cannot become ready: say why and let the caller stop
+            log.exception("loading the model failed")
+            state.load_error = f"{type(exc).__name__}: {exc}"
+            on_done(state.load_error)
+
+    threading.Thread(target=work, name="lexi-load", daemon=True).start()
