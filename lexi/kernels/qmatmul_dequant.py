@@ -1,0 +1,153 @@
+"""In-register dequantization of a (BLOCK_N, BLOCK_K) weight tile, shared by the GEMV and GEMM kernels.
+
+The weight is the GGUF tensor as it sits in the file: row n (an output feature) is K / BS blocks of TS
+bytes, back to back, `row_bytes = K / BS * TS` (ggml-common.h layouts; little-endian; d, m, dmin fp16):
+
+    type  BS/TS    bytes of one block (offsets)                         element j of the block
+    Q4_0  32/18    d@0 qs[16]@2                                         d * (nib(qs[j%16], j/16) - 8)
+    Q4_1  32/20    d@0 m@2 qs[16]@4                                     d * nib(...) + m
+    Q5_0  32/22    d@0 qh[4]@2 qs[16]@6                                 d * (nib | bit(qh, j) << 4) - 16)
+    Q5_1  32/24    d@0 m@2 qh[4]@4 qs[16]@8                             d * (nib | bit(qh, j) << 4) + m
+    Q8_0  32/34    d@0 int8 qs[32]@2                                    qs[j] * d
+    Q2_K  256/84   scales[16]@0 qs[64]@16 d@80 dmin@82                  d*(sc&15) * q2 - dmin*(sc>>4), sc = scales[j/16]
+    Q3_K  256/110  hmask[32]@0 qs[64]@32 scales[12]@96 d@108            d*(s6-32) * (q2 - 4*!hbit)
+    Q4_K  256/144  d@0 dmin@2 scales[12]@4 qs[128]@16                   d*sc(j/32) * q4 - dmin*mn(j/32)
+    Q5_K  256/176  d@0 dmin@2 scales[12]@4 qh[32]@16 qs[128]@48         d*sc * (q4 | hbit << 4) - dmin*mn
+    Q6_K  256/210  ql[128]@0 qh[64]@128 int8 scales[16]@192 d@208      d*scales[j/16] * ((q4 | q2 << 4) - 32)
+
+F32 / F16 / BF16 weights are plain (N, K) matrices of that dtype. Every element of the tile computes its
+own byte addresses (block kb = k / BS, position j = k % BS), so any BLOCK_K works and ragged K/N edges
+are masked; the scale bytes of a block are re-read by the elements that share them and hit L1. Fields are
+assembled from single bytes because 18-, 22- or 210-byte blocks leave 2- and 4-byte fields unaligned.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from gguf import GGMLQuantizationType as Q
+
+# Type ids as constexprs, so each kernel specialisation keeps only its own branch.
+F32: tl.constexpr = tl.constexpr(int(Q.F32))
+F16: tl.constexpr = tl.constexpr(int(Q.F16))
+BF16: tl.constexpr = tl.constexpr(int(Q.BF16))
+Q4_0: tl.constexpr = tl.constexpr(int(Q.Q4_0))
+Q4_1: tl.constexpr = tl.constexpr(int(Q.Q4_1))
+Q5_0: tl.constexpr = tl.constexpr(int(Q.Q5_0))
+Q5_1: tl.constexpr = tl.constexpr(int(Q.Q5_1))
+Q8_0: tl.constexpr = tl.constexpr(int(Q.Q8_0))
+Q2_K: tl.constexpr = tl.constexpr(int(Q.Q2_K))
+Q3_K: tl.constexpr = tl.constexpr(int(Q.Q3_K))
+Q4_K: tl.constexpr = tl.constexpr(int(Q.Q4_K))
+Q5_K: tl.constexpr = tl.constexpr(int(Q.Q5_K))
+Q6_K: tl.constexpr = tl.constexpr(int(Q.Q6_K))
+
+
+@triton.jit
+def _u8(ptr, mask):
+    """One byte per element, widened to int32 so shifts and ors never overflow."""
+    return tl.load(ptr, mask=mask, other=0).to(tl.int32)
+
+
+@triton.jit
+def _i8(ptr, mask):
+    return tl.load(ptr, mask=mask, other=0).to(tl.int8, bitcast=True).to(tl.int32)
+
+
+@triton.jit
+def _f16(ptr, mask):
+    """A little-endian fp16 field at any byte offset, as fp32."""
+    bits = _u8(ptr, mask) | (_u8(ptr + 1, mask) << 8)
+    return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _scale_min_k4(sc_ptr, sb, mask):
+    """ggml's get_scale_min_k4 for sub-block sb (0-7) of a Q4_K/Q5_K block: 6-bit scale and min."""
+    lo = sb < 4
+    sb4 = sb & 3
+    a = _u8(sc_ptr + sb4, mask)  # byte sb (sb < 4) or sb - 4
+    b = _u8(sc_ptr + sb4 + 4, mask)  # byte sb + 4 (sb < 4) or sb
+    c = _u8(sc_ptr + sb4 + 8, mask)  # byte sb + 4 for sb >= 4
+    scale = tl.where(lo, a & 63, (c & 15) | ((a >> 6) << 4))
+    mn = tl.where(lo, b & 63, (c >> 4) | ((b >> 6) << 4))
+    return scale.to(tl.float32), mn.to(tl.float32)
+
+
+@triton.jit
+def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
+    """fp32 tile W[offs_n, offs_k] of shape (len(offs_n), len(offs_k)); zero outside (N, K)."""
+    n = offs_n[:, None]
+    k = offs_k[None, :]
+    mask = (n < N) & (k < K)
+    # 64-bit row offsets: a 262144 x 2560 F16 embedding is past 2^31 bytes.
+    row = w_ptr + n.to(tl.int64) * stride_wn
+    if QTYPE == F32 or QTYPE == F16 or QTYPE == BF16:
+        w = tl.load(row + k, mask=mask, other=0.0).to(tl.float32)
+    elif QTYPE == Q4_0 or QTYPE == Q4_1 or QTYPE == Q5_0 or QTYPE == Q5_1 or QTYPE == Q8_0:
+        j = k % 32
+        if QTYPE == Q4_0:
+            blk = row + (k // 32) * 18
+            q = (_u8(blk + 2 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+            w = _f16(blk, mask) * (q - 8).to(tl.float32)
+        elif QTYPE == Q4_1:
+            blk = row + (k // 32) * 20
+            q = (_u8(blk + 4 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+            w = _f16(blk, mask) * q.to(tl.float32) + _f16(blk + 2, mask)
+        elif QTYPE == Q5_0:
+            blk = row + (k // 32) * 22
+            q = (_u8(blk + 6 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+            q = q | (((_u8(blk + 2 + j // 8, mask) >> (j % 8)) & 1) << 4)
+            w = _f16(blk, mask) * (q - 16).to(tl.float32)
+        elif QTYPE == Q5_1:
+            blk = row + (k // 32) * 24
+            q = (_u8(blk + 8 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+            q = q | (((_u8(blk + 4 + j // 8, mask) >> (j % 8)) & 1) << 4)
+            w = _f16(blk, mask) * q.to(tl.float32) + _f16(blk + 2, mask)
+        else:
+            blk = row + (k // 32) * 34
+            w = _i8(blk + 2 + j, mask).to(tl.float32) * _f16(blk, mask)
+    else:
+        j = k % 256
+        if QTYPE == Q2_K:
+            blk = row + (k // 256) * 84
+            # 2-bit field s = (j / 32) % 4 of byte 16 + 32 * (j / 128) + j % 32.
+            q = (_u8(blk + 16 + (j // 128) * 32 + (j % 32), mask) >> (((j // 32) % 4) * 2)) & 3
+            sc = _u8(blk + j // 16, mask)
+            dl = _f16(blk + 80, mask) * (sc & 15).to(tl.float32)
+            ml = _f16(blk + 82, mask) * (sc >> 4).to(tl.float32)
+            w = dl * q.to(tl.float32) - ml
+        elif QTYPE == Q3_K:
+            blk = row + (k // 256) * 110
+            q = (_u8(blk + 32 + (j // 128) * 32 + (j % 32), mask) >> (((j // 32) % 4) * 2)) & 3
+            hbit = (_u8(blk + (j % 32), mask) >> (j // 32)) & 1
+            q = q - ((hbit ^ 1) << 2)
+            i = j // 16  # 6-bit scale i: nibble i / 8 of byte 96 + i % 8, 2 bits (i / 4) of byte 104 + i % 4
+            low = (_u8(blk + 96 + (i % 8), mask) >> ((i // 8) * 4)) & 15
+            high = (_u8(blk + 104 + (i % 4), mask) >> ((i // 4) * 2)) & 3
+            s6 = (low | (high << 4)) - 32
+            w = (_f16(blk + 108, mask) * s6.to(tl.float32)) * q.to(tl.float32)
+        elif QTYPE == Q4_K:
+            blk = row + (k // 256) * 144
+            sb = j // 32  # sub-block: low nibbles (even sb) or high nibbles (odd) of 32-byte group sb / 2
+            q = (_u8(blk + 16 + (sb // 2) * 32 + (j % 32), mask) >> ((sb % 2) * 4)) & 15
+            scale, mn = _scale_min_k4(blk + 4, sb, mask)
+            w = (_f16(blk, mask) * scale) * q.to(tl.float32) - _f16(blk + 2, mask) * mn
+        elif QTYPE == Q5_K:
+            blk = row + (k // 256) * 176
+            sb = j // 32
+            q = (_u8(blk + 48 + (sb // 2) * 32 + (j % 32), mask) >> ((sb % 2) * 4)) & 15
+            q = q | (((_u8(blk + 16 + (j % 32), mask) >> sb) & 1) << 4)
+            scale, mn = _scale_min_k4(blk + 4, sb, mask)
+            w = (_f16(blk, mask) * scale) * q.to(tl.float32) - _f16(blk + 2, mask) * mn
+        else:
+            tl.static_assert(QTYPE == Q6_K, "unsupported GGML type id")
+            blk = row + (k // 256) * 210
+            h = j // 128
+            r = j % 128  # low 4 bits: nibble r / 64 of byte 64h + r % 64; high 2: bits 2(r / 32) of 128 + 32h + r % 32
+            lo = (_u8(blk + h * 64 + (r % 64), mask) >> ((r // 64) * 4)) & 15
+            hi = (_u8(blk + 128 + h * 32 + (r % 32), mask) >> ((r // 32) * 2)) & 3
+            q = (lo | (hi << 4)) - 32
+            dl = _f16(blk + 208, mask) * _i8(blk + 192 + j // 16, mask).to(tl.float32)
+            w = dl * q.to(tl.float32)
+    return tl.where(mask, w, 0.0)

@@ -1,0 +1,182 @@
+"""Quantized matmul: both Triton kernels (under TRITON_INTERPRET=1) against qmatmul_ref, and qmatmul_ref
+against gguf-py's dequantizer, for every supported type.
+
+Interpreter rules (FACTS.md): power-of-two tiles, big tiles (each tl.dot step costs ~2 ms), fp16/fp32
+activations only (bf16 tl.dot is wrong in the interpreter). Shapes are deliberately ragged: N is not a
+multiple of BLOCK_N and K is 3 GGUF blocks against a BLOCK_K of 2 blocks, so the last K step is half masked.
+Outputs (and the split-K workspace) are NaN-poisoned, so an element a kernel forgets to write fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from lexi.kernels.qmatmul import QMATMUL_TYPES, QuantWeight, choose_variant, qmatmul, qmatmul_ref
+from lexi.kernels.qmatmul_gemm import qmatmul_gemm
+from lexi.kernels.qmatmul_gemv import qmatmul_gemv
+
+Q = GGMLQuantizationType
+TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+# Byte offsets of the fp16 fields of each block type: they get finite values, every other byte is random.
+F16_FIELDS = {
+    Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
+    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+}  # fmt: skip
+RTOL = 1e-3
+
+
+def random_weight(qtype: GGMLQuantizationType, n: int, k: int, seed: int) -> QuantWeight:
+    """Random valid weight: uniform bytes, with each fp16 scale field a finite value in (-1, 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    if qtype in (Q.F32, Q.F16, Q.BF16):
+        return QuantWeight.from_float(torch.randn(n, k, generator=gen), qtype)
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    blocks = torch.randint(0, 256, (n * k // block_size, type_size), dtype=torch.uint8, generator=gen)
+    for off in F16_FIELDS[qtype]:
+        d = (torch.rand(blocks.shape[0], generator=gen) * 2 - 1).to(torch.float16)
+        blocks[:, off : off + 2] = d.view(torch.uint8).reshape(-1, 2)
+    return QuantWeight(qtype, (n, k), blocks.reshape(n, -1))
+
+
+def shape_for(qtype: GGMLQuantizationType) -> tuple[int, int, int]:
+    """(N, K, BLOCK_K): K is three GGUF blocks, BLOCK_K two of them (float types: 96 against 64)."""
+    block = GGML_QUANT_SIZES[qtype][0]
+    block = 32 if block == 1 else block
+    return 72 if block == 256 else 40, 3 * block, 2 * block
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want|: elementwise relative error is meaningless where outputs cross zero."""
+    return ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+
+
+def check(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape} {got.dtype}"
+    bad = ~torch.isfinite(got)
+    assert not bad.any(), f"{what}: {int(bad.sum())} non-finite outputs, first at {bad.nonzero()[:5].tolist()}"
+    err = rel_err(got, want)
+    if err > RTOL:
+        diff = (got.double() - want.double()).abs()
+        idx = diff.flatten().topk(5).indices
+        raise AssertionError(
+            f"{what}: rel err {err:.2e}; worst {idx.tolist()}: got {got.flatten()[idx].tolist()} "
+            f"want {want.flatten()[idx].tolist()}"
+        )
+
+
+@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_gemv_matches_reference(qtype, m):
+    n, k, block_k = shape_for(qtype)
+    w = random_weight(qtype, n, k, seed=int(qtype))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+    want = qmatmul_ref(x, w)
+    out = torch.full((m, n), float("nan"))
+    workspace = torch.full((4 * m * n,), float("nan"))
+    # BLOCK_N 32 < N: two column tiles, the second ragged; K = 1.5 BLOCK_K: split-K over 2 slices.
+    got = qmatmul_gemv(x, w, out=out, workspace=workspace, block_n=32, block_k=block_k)
+    assert got.data_ptr() == out.data_ptr()
+    check(got, want, f"gemv {qtype.name} M={m}")
+
+
+@pytest.mark.parametrize("m", [1, 3, 16, 33])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_gemm_matches_reference(qtype, m):
+    n, k, block_k = shape_for(qtype)
+    w = random_weight(qtype, n, k, seed=int(qtype))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+    want = qmatmul_ref(x, w)
+    out = torch.full((m, n), float("nan"))
+    # BLOCK_M 32 with M=33: a second, one-row tile; BLOCK_N 64 > N=40 or < N=72: ragged either way.
+    got = qmatmul_gemm(x, w, out=out, block_m=32, block_n=64, block_k=block_k)
+    check(got, want, f"gemm {qtype.name} M={m}")
+
+
+@pytest.mark.parametrize("variant", ["gemv", "gemm"])
+@pytest.mark.parametrize("qtype", [Q.F16, Q.Q4_0, Q.Q5_1, Q.Q8_0, Q.Q3_K, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_fp16_activations(qtype, variant):
+    """fp16 x: the kernels feed tl.dot fp16 tiles (the weight rounded to fp16), accumulate in fp32."""
+    n, k, block_k = shape_for(qtype)
+    m = 5 if variant == "gemv" else 33  # 5: the padded-to-16 tl.dot path of the GEMV
+    w = random_weight(qtype, n, k, seed=7)
+    # Scaled down: random Q6_K/Q3_K scales reach |w| ~ 4000, and sums of 768 such products overflow fp16.
+    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(1)) / 32).to(torch.float16)
+    want = qmatmul_ref(x, w)
+    if variant == "gemv":
+        got = qmatmul_gemv(x, w, block_n=32, block_k=block_k, split_k=1)  # direct fp16 store, no workspace
+    else:
+        got = qmatmul_gemm(x, w, block_m=32, block_n=64, block_k=block_k)
+    check(got, want, f"{variant} fp16 {qtype.name}")
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_reference_matches_gguf_dequantizer(qtype):
+    n, k, _ = shape_for(qtype)
+    w = random_weight(qtype, n, k, seed=3)
+    x = torch.randn(4, k, dtype=torch.float64)
+    if qtype == Q.F32:
+        dense = w.data.view(torch.float32).numpy()
+    elif qtype == Q.F16:
+        dense = gguf_dequantize(w.data.view(torch.float16).numpy(), qtype)
+    else:
+        dense = gguf_dequantize(w.data.numpy(), qtype)
+    want = x @ torch.from_numpy(np.asarray(dense, np.float64)).T
+    got = qmatmul_ref(x.float(), w)
+    assert rel_err(got, want) < 1e-6
+
+
+def test_batched_input_and_strides():
+    """(B, T, K) activations with a non-unit row stride: flattened to rows, output shaped (B, T, N)."""
+    w = random_weight(Q.Q4_K, 40, 512, seed=5)
+    x = torch.randn(2, 3, 1024)[..., ::2]  # stride 2 along K: the launcher makes it contiguous
+    want = qmatmul_ref(x, w)
+    assert want.shape == (2, 3, 40)
+    check(qmatmul(x, w, variant="gemv"), want, "gemv batched")
+    check(qmatmul(x, w, variant="gemm"), want, "gemm batched")
+
+
+def test_dispatch():
+    w = random_weight(Q.Q8_0, 40, 64, seed=1)
+    cpu = torch.zeros(1, 64)
+    assert choose_variant(cpu, w) == "ref"
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.randn(3, 64).to(dtype)
+        got = qmatmul(x, w)
+        assert got.dtype == dtype and torch.equal(got, qmatmul_ref(x, w))
+    meta = torch.empty(16, 64, device="meta")
+    assert choose_variant(meta, w) == "ref"
+    with pytest.raises(ValueError, match="variant"):
+        qmatmul(cpu, w, variant="fast")
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        qmatmul_gemv(torch.zeros(17, 64), w)
+
+
+def test_quant_weight_validation():
+    assert QMATMUL_TYPES == frozenset(TYPES)
+    with pytest.raises(ValueError, match="data"):
+        QuantWeight(Q.Q4_0, (4, 64), torch.zeros(4, 35, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="multiple"):
+        QuantWeight(Q.Q4_K, (4, 128), torch.zeros(4, 72, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="qtype"):
+        QuantWeight(Q.IQ2_XXS, (4, 256), torch.zeros(4, 66, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="features"):
+        qmatmul_ref(torch.zeros(1, 32), QuantWeight(Q.Q8_0, (4, 64), torch.zeros(4, 68, dtype=torch.uint8)))
+
+
+def test_from_gguf_real_tensors(smollm2_gguf):
+    """Real SmolLM2 weights (Q4_1 projections, Q8_0 embedding) through both kernels."""
+    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+        info = smollm2_gguf.tensors[name]
+        w = QuantWeight.from_gguf(info, "cpu")
+        assert w.qtype == info.qtype == Q.Q4_1 and w.shape == info.shape
+        # Only the first rows: the interpreter is slow and a row slice of GGUF blocks is itself valid.
+        rows = QuantWeight(w.qtype, (64, w.shape[1]), w.data[:64].contiguous())
+        x = torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(0))
+        want = x @ torch.from_numpy(gguf_dequantize(np.asarray(info.data[:64]), info.qtype)).T
+        check(qmatmul_ref(x, rows), want, f"ref {name}")
+        check(qmatmul_gemv(x, rows, block_n=64, block_k=256), want, f"gemv {name}")
+        check(qmatmul_gemm(x, rows, block_m=16, block_n=64, block_k=256), want, f"gemm {name}")
