@@ -64,6 +64,17 @@ EMOJI = [
     "😀\n😀",
 ]
 
+# Characters rare enough that SentencePiece vocabularies fall back to <0xNN> byte tokens.
+RARE = [
+    "𓀀𓀁 hieroglyphs",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 fraktur",
+    "𐍈 gothic",
+    "ꙮ multiocular o",
+    "\U0010fffd plane 16",
+    "\ue000 private use",
+    "x\U0001d11ey clef between letters",
+]
+
 CODE = [
     "def add(a, b):\n    return a + b\n",
     "class Foo(Bar):\n    def __init__(self):\n        super().__init__()\n",
@@ -263,7 +274,7 @@ def _generated() -> list[str]:
 
 def corpus() -> list[str]:
     seen: dict[str, None] = {}
-    for group in (SCRIPTS, EMOJI, CODE, WHITESPACE, NUMBERS, PUNCTUATION, CONTRACTIONS, MISC, SPECIAL_TEXTS):
+    for group in (SCRIPTS, RARE, EMOJI, CODE, WHITESPACE, NUMBERS, PUNCTUATION, CONTRACTIONS, MISC, SPECIAL_TEXTS):
         for text in group:
             seen.setdefault(text, None)
     for text in _generated():
