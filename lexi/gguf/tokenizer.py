@@ -26,7 +26,9 @@ from lexi.gguf.special import SpecialSplitter
 from lexi.gguf.vocab import TokenType, token_bytes_table
 
 SUPPORTED_TOKENIZER_MODELS = ("gpt2", "llama")
-# Token texts llama.cpp treats as end of generation wherever they appear in a vocabulary.
+# Token texts llama.cpp treats as end of generation wherever they appear in a vocabulary. Left out on
+# purpose: "</s>" (llama.cpp added it for PaddleOCR; Gemma 3 has "</s>" as ordinary user-defined text,
+# and stopping there cuts off generated markup) and gpt-oss's harmony tokens (no gpt-oss support).
 _EOG_TEXTS = (
     "<|eot_id|>",
     "<|im_end|>",
@@ -36,8 +38,14 @@ _EOG_TEXTS = (
     "<|eom_id|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
+    "[EOS]",
     "<|end_of_text|>",
     "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|flush|>",
+    "<|calls|>",
     # llama.cpp also stops at fill-in-the-middle pad, repo and file-separator tokens.
     "<|fim_pad|>",
     "<fim-pad>",

@@ -197,3 +197,13 @@ def test_unsupported_tokenizers_are_refused(tmp_path, smollm2_gguf):
         f = _tokenizer_file(tmp_path, smollm2_gguf, overrides)
         with pytest.raises(GGUFError, match=fragment):
             Tokenizer.from_gguf(f)
+
+
+def test_gemma_end_tag_is_text_not_an_end_of_generation(gemma3_tokenizer):
+    # llama.cpp stops at any "</s>"; in Gemma 3 it is a user-defined text token, so we do not.
+    tok = gemma3_tokenizer
+    end_tag = tok.token_to_id("</s>")
+    assert tok._types[end_tag] == TokenType.USER_DEFINED
+    assert end_tag not in tok.eog_ids and not tok.is_special(end_tag)
+    assert end_tag in tok.encode("<p>x</s>", special=False)
+    assert tok.decode(tok.encode("<p>x</s>", special=False), skip_special=True) == "<p>x</s>"
