@@ -18,24 +18,28 @@ Fragment = str | int  # plain text, or the id of a special token found in the te
 class SpecialSplitter:
     """Cuts text at special tokens; built once per vocabulary, immutable afterwards."""
 
-    __slots__ = ("_by_first_char",)
+    __slots__ = ("_groups", "_ids")
 
     def __init__(self, specials: dict[str, int]) -> None:
-        by_first: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        for text, token_id in specials.items():
-            if text:
-                by_first[text[0]].append((text, token_id))
-        self._by_first_char = dict(by_first)
+        self._ids = {text: token_id for text, token_id in specials.items() if text}
+        by_first: dict[str, set[str]] = defaultdict(set)
+        for text in self._ids:
+            by_first[text[0]].add(text)
+        # Per first character: the token texts and their distinct lengths, so finding which tokens occur
+        # costs a few slices per occurrence of that character rather than one scan per token (Gemma has
+        # 6,000 control tokens starting with "<").
+        self._groups = {
+            char: (frozenset(texts), tuple(sorted({len(t) for t in texts}))) for char, texts in by_first.items()
+        }
 
     def split(self, text: str) -> list[Fragment]:
         """Plain fragments (non-empty str) and special token ids, in order."""
-        candidates = [entry for char in set(text) & self._by_first_char.keys() for entry in self._by_first_char[char]]
-        present = [entry for entry in candidates if entry[0] in text]
+        present = self._present(text)
         if not present:
             return [text] if text else []
-        present.sort(key=lambda entry: -len(entry[0]))
         fragments: list[Fragment] = [text]
-        for special, token_id in present:
+        for special in sorted(present, key=len, reverse=True):  # longest first, as llama.cpp
+            token_id = self._ids[special]
             cut: list[Fragment] = []
             for fragment in fragments:
                 if isinstance(fragment, int) or special not in fragment:
@@ -48,3 +52,13 @@ class SpecialSplitter:
                         cut.append(part)
             fragments = cut
         return fragments
+
+    def _present(self, text: str) -> set[str]:
+        found: set[str] = set()
+        for char in set(text) & self._groups.keys():
+            texts, lengths = self._groups[char]
+            pos = text.find(char)
+            while pos != -1:
+                found.update(piece for n in lengths if (piece := text[pos : pos + n]) in texts)
+                pos = text.find(char, pos + 1)
+        return found
