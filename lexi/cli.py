@@ -57,7 +57,6 @@ def serve_command(**opts) -> None:
     from lexi.http.auth import read_key_file
     from lexi.http.config import SamplingDefaults, ServerConfig
     from lexi.http.server import serve
-    from lexi.model.loader import LoadConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     keys = tuple(opts["api_key"])
@@ -93,9 +92,13 @@ def serve_command(**opts) -> None:
             batch_size=opts["batch_size"],
             queue_wait=opts["queue_wait"],
         )
-        load = LoadConfig(dtype=opts["dtype"], device=opts["device"])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+    def load():  # imports torch: only after the model file and the template have passed their checks
+        from lexi.model.loader import LoadConfig
+
+        return LoadConfig(dtype=opts["dtype"], device=opts["device"])
     try:
         code = serve(config, sampling, engine, load)
     except ChatTemplateError as exc:

@@ -25,8 +25,14 @@ _MAX_STREAMED_BODY = 1 << 30  # the app enforces ServerConfig.max_body_bytes its
 
 
 def serve(config: ServerConfig, sampling: SamplingDefaults, engine_config: EngineConfig, load_config) -> int:
-    """Run until SIGINT/SIGTERM; returns the exit status. Startup refusals raise before anything listens."""
+    """Run until SIGINT/SIGTERM; returns the exit status. Startup refusals raise before anything listens.
+
+    `load_config` may be a callable returning the LoadConfig, so that torch (which the loader imports)
+    is only imported once the model file and template have passed their checks.
+    """
     state, gguf_file = prepare_state(config, sampling, engine_config)
+    if callable(load_config):
+        load_config = load_config()
     return asyncio.run(_serve(state, gguf_file, load_config))
 
 

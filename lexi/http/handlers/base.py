@@ -35,15 +35,13 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.requires_auth and self.state.config.api_keys:
             token = bearer_token(self.request.headers.get("Authorization"))
             if not key_matches(token, self.state.config.api_keys):
-                self.set_header("WWW-Authenticate", "Bearer")
                 raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
-        declared = self.request.headers.get("Content-Length")
-        if declared is not None and declared.isdigit() and int(declared) > self.state.config.max_body_bytes:
-            raise self._too_large()
         if self.needs_model and not self.state.ready:
             raise ApiError(503, "the model is loading", code="model_loading")
 
     def data_received(self, chunk: bytes) -> None:
+        # An oversized body is read to its end and dropped, then answered 413: refusing it before it
+        # is read would reset the connection under a client that is still sending.
         self._size += len(chunk)
         if self._size <= self.state.config.max_body_bytes:
             self._chunks.append(chunk)
@@ -72,6 +70,8 @@ class BaseHandler(tornado.web.RequestHandler):
         self.clear_header("Content-Type")
         self.set_status(error.status)
         self.set_header("Content-Type", "application/json")
+        if error.status == 401:
+            self.set_header("WWW-Authenticate", "Bearer")  # send_error cleared the headers set before
         self.finish(json.dumps(error.body(), ensure_ascii=False))
 
     def log_exception(self, typ, value, tb) -> None:
