@@ -117,11 +117,16 @@ class Tokenizer:
         if len(types) != len(tokens):
             raise GGUFError(f"{f.path}: {len(types)} token types for {len(tokens)} tokens")
         ids = {text: i for i, text in enumerate(tokens)}  # a repeated text maps to its last id, as in llama.cpp
-        if model == "gpt2":
-            hf = _byte_level_bpe(f, ids)
-        else:
-            scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
-            hf = _sentencepiece_bpe(tokens, scores, ids)
+        try:
+            if model == "gpt2":
+                hf = _byte_level_bpe(f, ids)
+            else:
+                scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+                hf = _sentencepiece_bpe(tokens, scores, ids)
+        except GGUFError:
+            raise
+        except Exception as exc:  # tokenizers raises plain Exceptions for inconsistent vocabularies
+            raise GGUFError(f"{f.path}: the {model} vocabulary cannot be built: {exc}") from None
         bos_id = meta.get("tokenizer.ggml.bos_token_id")
         eog = {
             meta[k]
@@ -129,6 +134,9 @@ class Tokenizer:
             if k in meta
         }
         eog |= {ids[text] for text in _EOG_TEXTS if text in ids}
+        out_of_range = sorted(i for i in (*eog, bos_id) if i is not None and not 0 <= i < len(tokens))
+        if out_of_range:
+            raise GGUFError(f"{f.path}: special token id {out_of_range[0]} is outside the vocabulary of {len(tokens)}")
         # llama.cpp makes every end-of-generation token a control token, whatever the file says.
         types = [int(TokenType.CONTROL) if i in eog else t for i, t in enumerate(types)]
         eos_id = meta.get("tokenizer.ggml.eos_token_id", meta.get("tokenizer.ggml.eot_token_id"))

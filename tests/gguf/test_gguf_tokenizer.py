@@ -192,6 +192,8 @@ def test_unsupported_tokenizers_are_refused(tmp_path, smollm2_gguf):
         ({"tokenizer.ggml.pre": "not-a-pre"}, "pre-tokenizer 'not-a-pre'"),
         ({"tokenizer.ggml.model": None}, "no tokenizer"),
         ({"tokenizer.ggml.token_type": [1, 1, 1]}, "3 token types for 300 tokens"),
+        ({"tokenizer.ggml.eos_token_id": 300}, "special token id 300 is outside the vocabulary of 300"),
+        ({"tokenizer.ggml.merges": ["Ġ t", "no_such_token x"]}, "the gpt2 vocabulary cannot be built"),
     ]
     for overrides, fragment in cases:
         f = _tokenizer_file(tmp_path, smollm2_gguf, overrides)
