@@ -82,9 +82,11 @@ def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
     mask = (n < N) & (k < K)
     # 64-bit row offsets: a 262144 x 2560 F16 embedding is past 2^31 bytes.
     row = w_ptr + n.to(tl.int64) * stride_wn
-    if QTYPE == F32 or QTYPE == F16 or QTYPE == BF16:
+    # GGML ids: F32 0, F16 1, Q4_0..Q8_0 2-8, Q2_K..Q6_K 10-14, BF16 30. Range tests, because Triton's
+    # code generator refuses chained `or` (the interpreter would accept it).
+    if QTYPE == BF16 or QTYPE < Q4_0:
         w = tl.load(row + k, mask=mask, other=0.0).to(tl.float32)
-    elif QTYPE == Q4_0 or QTYPE == Q4_1 or QTYPE == Q5_0 or QTYPE == Q5_1 or QTYPE == Q8_0:
+    elif QTYPE < Q2_K:
         j = k % 32
         if QTYPE == Q4_0:
             blk = row + (k // 32) * 18

@@ -57,8 +57,8 @@ def _qmatmul_gemm_kernel(
 
 
 def qmatmul_gemm(
-    x: torch.Tensor, w: QuantWeight, *, out: torch.Tensor | None = None, block_m: int = 64, block_n: int = 128,
-    block_k: int = 64, group_m: int = 8, num_warps: int = 8, num_stages: int = 3,
+    x: torch.Tensor, w: QuantWeight, *, out: torch.Tensor | None = None, block_m: int = 128, block_n: int = 64,
+    block_k: int = 32, group_m: int = 8, num_warps: int = 8, num_stages: int = 3,
 ) -> torch.Tensor:  # fmt: skip
     """x (..., K) @ W^T -> (..., N) in x's dtype, any number of rows; `out` (M, N) is an optional buffer."""
     x2 = flatten_input(x, w)

@@ -66,7 +66,7 @@ def gemv_split_k(n: int, k: int, block_n: int, block_k: int) -> int:
 
 def qmatmul_gemv(
     x: torch.Tensor, w: QuantWeight, *, out: torch.Tensor | None = None, workspace: torch.Tensor | None = None,
-    block_n: int = 64, block_k: int = 128, split_k: int | None = None, num_warps: int = 4,
+    block_n: int = 16, block_k: int = 64, split_k: int | None = None, num_warps: int = 4,
 ) -> torch.Tensor:  # fmt: skip
     """x (..., K) with at most GEMV_MAX_M rows @ W^T -> (..., N) in x's dtype.
 

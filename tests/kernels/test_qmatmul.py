@@ -157,6 +157,8 @@ def test_dispatch():
 
 def test_quant_weight_validation():
     assert QMATMUL_TYPES == frozenset(TYPES)
+    # dequant_tile dispatches on these id ranges.
+    assert (Q.F32, Q.F16, Q.Q4_0, Q.Q8_0, Q.Q2_K, Q.Q6_K, Q.BF16) == (0, 1, 2, 8, 10, 14, 30)
     with pytest.raises(ValueError, match="data"):
         QuantWeight(Q.Q4_0, (4, 64), torch.zeros(4, 35, dtype=torch.uint8))
     with pytest.raises(ValueError, match="multiple"):
