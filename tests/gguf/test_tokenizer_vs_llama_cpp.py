@@ -52,6 +52,15 @@ def test_corpus_tokenizes_like_llama_cpp(pair, special):
     assert bad == []
 
 
+def test_decode_gives_llama_cpps_bytes(pair):
+    # special=True: llama-cpp-python's special=False also drops one leading space after BOS, which is
+    # wrong for vocabularies without a space prefix (Gemma's "   x" would lose a space).
+    _, tok, llama = pair
+    for text in CORPUS:
+        ids = tok.encode(text, special=True)
+        assert tok.decode(ids).encode("utf-8") == llama.detokenize(ids, special=True), text
+
+
 def test_bos_is_added_like_llama_cpp(pair):
     # llama.cpp's add_bos=True means "add what the model adds"; ours does that when add_bos is left unset.
     _, tok, llama = pair
