@@ -90,8 +90,9 @@ def _check_preamble(path: Path) -> None:
     if size < _MIN_HEADER:
         raise GGUFError(f"{path}: truncated GGUF file: {size} bytes, shorter than the {_MIN_HEADER}-byte header")
     version = int.from_bytes(head[4:8], "little")
-    if version & 0xFFFF == 0:  # written on a big-endian machine
-        version = int.from_bytes(head[4:8], "big")
+    if version & 0xFFFF == 0:
+        # Tensor data would need byte swapping before any kernel could read it; llama.cpp refuses these too.
+        raise GGUFError(f"{path}: big-endian GGUF files are not supported")
     if version not in _SUPPORTED_VERSIONS:
         raise GGUFError(f"{path}: GGUF version {version} is not supported (supported: 2, 3)")
 
@@ -137,13 +138,12 @@ class _CheckedReader(GGUFReader):
         """Views of the bytes of `count` length-prefixed strings, found by walking the prefixes once."""
         data = self.data
         size = len(data)
-        order = "big" if self.byte_order == "S" else "little"
         raw = memoryview(data)
         parts = []
         for _ in range(count):
             if offs + 8 > size:
                 raise _Truncated(offs + 8, size)
-            length = int.from_bytes(raw[offs : offs + 8], order)
+            length = int.from_bytes(raw[offs : offs + 8], "little")
             start = offs + 8
             offs = start + length
             if offs > size:

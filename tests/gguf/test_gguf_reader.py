@@ -154,6 +154,15 @@ def test_unsupported_version(tiny):
     _refused(path, "GGUF version 7 is not supported")
 
 
+def test_big_endian(tmp_path):
+    writer = gguf.GGUFWriter(str(tmp_path / "be.gguf"), arch="llama", endianess=gguf.GGUFEndian.BIG)
+    writer.add_uint32("llama.block_count", 1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    _refused(tmp_path / "be.gguf", "big-endian")
+
+
 @pytest.mark.parametrize("keep", [10, 24, 40, 100, 200])
 def test_header_cut_short(tiny, keep):
     path, _ = tiny
