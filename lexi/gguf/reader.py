@@ -82,9 +82,12 @@ def _check_preamble(path: Path) -> None:
         raise GGUFError(f"{path}: no such file")
     if not path.is_file():
         raise GGUFError(f"{path}: not a regular file")
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        head = fh.read(8)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise GGUFError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if len(head) < 4 or int.from_bytes(head[:4], "little") != GGUF_MAGIC:
         raise GGUFError(f"{path}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
     if size < _MIN_HEADER:
