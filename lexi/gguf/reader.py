@@ -139,7 +139,7 @@ class _CheckedReader(GGUFReader):
 
     def _string_parts(self, offs: int, count: int) -> list[np.ndarray]:
         """Views of the bytes of `count` length-prefixed strings, found by walking the prefixes once."""
-        data = self.data
+        data = self.data.view(np.ndarray)  # slicing np.memmap runs Python hooks per slice; a plain view does not
         size = len(data)
         raw = memoryview(data)
         parts = []
