@@ -8,7 +8,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from lexi.gguf.dequant import DEQUANT_TYPES, dequantize, dequantize_blocks
+from lexi.gguf.dequant import DEQUANT_TYPES, dequantize, dequantize_blocks, dequantize_tensor
 
 Q = GGMLQuantizationType
 BLOCK_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
@@ -140,3 +140,26 @@ def test_refuses_bad_input():
     assert Q.Q4_K in DEQUANT_TYPES and Q.IQ2_XXS not in DEQUANT_TYPES
     with pytest.raises(ValueError, match="IQ2_XXS"):
         dequantize(data, Q.IQ2_XXS, (256,))
+
+
+def test_dequantize_tensor_bundled_gemma3(gemma3_gguf):
+    """Every tensor of Gemma 3 270M (Q8_0, Q5_0, Q4_K, Q6_K, F32) dequantizes; the smallest tensor of each type
+    is bit-exact with gguf-py. The time of the whole pass is printed (load-time budget: a few seconds)."""
+    import time
+
+    start = time.perf_counter()
+    smallest: dict[GGMLQuantizationType, tuple[int, str]] = {}
+    for name, info in gemma3_gguf.tensors.items():
+        out = dequantize_tensor(info)
+        assert out.shape == info.shape and out.dtype == torch.float32
+        size = out.numel()
+        if info.qtype not in smallest or size < smallest[info.qtype][0]:
+            smallest[info.qtype] = (size, name)
+    elapsed = time.perf_counter() - start
+    print(f"dequantized {len(gemma3_gguf.tensors)} gemma3 tensors in {elapsed:.2f}s")
+    assert {Q.Q8_0, Q.Q5_0, Q.Q4_K, Q.Q6_K, Q.F32} <= set(smallest)
+    for qtype, (_, name) in smallest.items():
+        info = gemma3_gguf.tensors[name]
+        want = gguf_dequantize(np.asarray(info.data), qtype).reshape(info.shape)
+        got = dequantize_tensor(info).numpy()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
