@@ -4,7 +4,9 @@ For each type and weight shape N x K it measures, with bf16 activations:
   - M=1: time and achieved GB/s (weight bytes / time) against the device copy bandwidth measured in this run;
   - M=4 and M=16: time (the GEMV kernel, split-K);
   - M=2048: TFLOP/s of the GEMM kernel, against torch.matmul in bf16 on the already-dequantized weight
-    (the dense ceiling) and against dequantize-then-matmul (lexi.gguf.dequant + bf16 matmul every call).
+    (the dense ceiling) and against dequantize-then-matmul (lexi.gguf.dequant + bf16 matmul every call);
+  - max rel err: max |y - y_ref| / max |y_ref| of qmatmul for M in {1, 16, 300} against an fp32 matmul on
+    the dequantized weight (bf16 output rounding alone is ~4e-3), so a first GPU run is also a check.
 Prints one table and appends it to bench/RESULTS.md with the date, the commit and the GPU name.
 
     python bench/qmatmul.py [--types Q4_K,Q8_0] [--shapes 4096x4096,151936x1024] [--no-append]
@@ -58,6 +60,15 @@ def bench_one(qtype_name: str, n: int, k: int, do_bench, copy_gbs: float, device
 
     w = random_weight(qtype_name, n, k, device)
     row = {"type": qtype_name, "shape": f"{n}x{k}", "MB": w.nbytes / 1e6}
+    # Correctness on the real GPU first: both kernels against fp32 dequantize-then-matmul.
+    dense32 = dequantize_weight(w)
+    errs = []
+    for m in (1, 16, 300):
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        want = x.float() @ dense32.T
+        errs.append(((qmatmul(x, w).float() - want).abs().max() / want.abs().max()).item())
+    row["rel_err"] = max(errs)
+    del dense32
     for m in (1, 4, 16):
         x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
         row[f"us_m{m}"] = do_bench(lambda x=x: qmatmul(x, w)) * 1e3
@@ -81,9 +92,9 @@ def bench_one(qtype_name: str, n: int, k: int, do_bench, copy_gbs: float, device
 
 COLUMNS = [("type", "{}"), ("shape", "{}"), ("MB", "{:.1f}"), ("us_m1", "{:.1f}"), ("gbs_m1", "{:.0f}"),
            ("pct_copy", "{:.0f}%"), ("us_m4", "{:.1f}"), ("us_m16", "{:.1f}"), ("tflops", "{:.1f}"),
-           ("tflops_dense", "{:.1f}"), ("tflops_deq", "{:.1f}")]  # fmt: skip
+           ("tflops_dense", "{:.1f}"), ("tflops_deq", "{:.1f}"), ("rel_err", "{:.1e}")]  # fmt: skip
 HEADERS = ["type", "N x K", "weight MB", "M=1 us", "M=1 GB/s", "of copy", "M=4 us", "M=16 us",
-           "M=2048 TFLOP/s", "bf16 dense TFLOP/s", "dequant+mm TFLOP/s"]  # fmt: skip
+           "M=2048 TFLOP/s", "bf16 dense TFLOP/s", "dequant+mm TFLOP/s", "max rel err"]  # fmt: skip
 
 
 def format_table(rows: list[dict]) -> str:
