@@ -96,21 +96,26 @@ def test_gemm_matches_reference(qtype, m):
     check(got, want, f"gemm {qtype.name} M={m}")
 
 
-@pytest.mark.parametrize("variant", ["gemv", "gemm"])
+@pytest.mark.parametrize(("variant", "m"), [("gemv", 1), ("gemv", 5), ("gemm", 33)])
 @pytest.mark.parametrize("qtype", [Q.F16, Q.Q4_0, Q.Q5_1, Q.Q8_0, Q.Q3_K, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
-def test_fp16_activations(qtype, variant):
-    """fp16 x: the kernels feed tl.dot fp16 tiles (the weight rounded to fp16), accumulate in fp32."""
+def test_fp16_activations(qtype, variant, m):
+    """fp16 x: the kernels feed tl.dot fp16 tiles (the weight rounded to fp16), accumulate in fp32, store fp16.
+
+    Compared with the fp32 reference on the same fp16 x, so the error measured is the kernel's own (weight
+    rounding plus its output rounding), not the reference's fp16 rounding on top. m=1 takes the GEMV's
+    broadcast path, m=5 its padded-to-16 tl.dot path.
+    """
     n, k, block_k = shape_for(qtype)
-    m = 5 if variant == "gemv" else 33  # 5: the padded-to-16 tl.dot path of the GEMV
     w = random_weight(qtype, n, k, seed=7)
     # Scaled down: random Q6_K/Q3_K scales reach |w| ~ 4000, and sums of 768 such products overflow fp16.
     x = (torch.randn(m, k, generator=torch.Generator().manual_seed(1)) / 32).to(torch.float16)
-    want = qmatmul_ref(x, w)
+    want = qmatmul_ref(x.float(), w)
     if variant == "gemv":
         got = qmatmul_gemv(x, w, block_n=32, block_k=block_k, split_k=1)  # direct fp16 store, no workspace
     else:
         got = qmatmul_gemm(x, w, block_m=32, block_n=64, block_k=block_k)
-    check(got, want, f"{variant} fp16 {qtype.name}")
+    assert got.dtype == torch.float16
+    check(got.float(), want, f"{variant} fp16 {qtype.name} M={m}")
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
