@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 import pytest
+import torch
 from engine_helpers import collect, run, running_engine, text_of, tokens_of
 
 from lexi.engine.engine import ContextOverflow, EngineBusy
@@ -209,3 +210,41 @@ def test_context_overflow_refused_before_a_slot(smollm2):
         assert engine.stats.requests_total == 0
         ok = run(collect(engine, GenerationRequest(prompt, SamplingParams(temperature=0.0, max_tokens=4))))
         assert ok[-1].completion_tokens <= 4
+
+
+class DigitsOnly:
+    """A TokenConstraint over the real vocabulary: tokens that decode to one ASCII digit, five of them."""
+
+    def __init__(self, tok) -> None:
+        self.allowed = torch.zeros(tok.vocab_size, dtype=torch.bool)
+        for digit in "0123456789":
+            token = tok.token_to_id(digit)
+            if token is not None:
+                self.allowed[token] = True
+        self.count = 0
+
+    def allowed_tokens(self) -> torch.Tensor:
+        return self.allowed
+
+    def advance(self, token_id: int) -> None:
+        assert self.allowed[token_id]
+        self.count += 1
+
+    def is_finished(self) -> bool:
+        return self.count >= 5
+
+
+def test_constraint_and_logprobs_through_the_engine(smollm2):
+    model, tok = smollm2
+    constraint = DigitsOnly(tok)
+    params = SamplingParams(temperature=0.0, max_tokens=20, logprobs=2)
+    with running_engine(model, tok, parallel=1, ctx_size=256) as engine:
+        prompt = tok.encode("My favourite number is")
+        deltas = run(collect(engine, GenerationRequest(prompt, params, constraint=constraint)))
+    text = text_of(deltas)
+    assert len(text) == 5 and text.isdigit() and deltas[-1].finish_reason == "stop"
+    for d in deltas:
+        (lp,) = d.logprobs
+        assert lp.token_id == d.token_ids[0] and lp.top[0][0] == lp.token_id  # greedy: the best one
+        assert lp.logprob == pytest.approx(lp.top[0][1]) and lp.top[0][1] >= lp.top[1][1]
+        assert lp.logprob <= 0.0
