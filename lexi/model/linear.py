@@ -74,16 +74,21 @@ class QuantLinear(nn.Module):
 
 
 class TokenEmbedding(nn.Module):
-    """Rows of the token embedding, dense in the compute dtype (a gather needs no matmul kernel)."""
+    """Rows of the token embedding, dense (a gather needs no matmul kernel), returned in the compute dtype.
 
-    def __init__(self, weight: torch.Tensor, scale: float = 1.0) -> None:
+    The matrix may be stored wider than the compute dtype (float32 when it doubles as the tied output
+    layer on a CPU); rows are scaled at the stored precision and then cast.
+    """
+
+    def __init__(self, weight: torch.Tensor, scale: float = 1.0, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.scale = scale
+        self.dtype = dtype or weight.dtype
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = F.embedding(tokens, self.weight)
         if self.scale != 1.0:
-            # transformers and llama.cpp both round the scale to the compute dtype before multiplying.
+            # transformers rounds the scale to the stored dtype before multiplying; llama.cpp scales in float32.
             x = x * torch.tensor(self.scale, dtype=x.dtype, device=x.device)
-        return x
+        return x.to(self.dtype)

@@ -118,7 +118,11 @@ def _build(
     a = args
     emb_info = t.get("token_embd.weight")
     _check_shape(f, emb_info, (a.vocab_size, a.dim))
-    embed = TokenEmbedding(dense_weight(emb_info, dtype, device), a.embed_scale)
+    # On a CPU the output layer stays float32 whatever the compute dtype: a bfloat16 result has 8 bits of
+    # mantissa, so logits near 20 would be rounded to steps of 0.125 and near-ties would become exact ties.
+    head_dtype = dtype if quantized else torch.float32
+    embed_dtype = head_dtype if a.tied_output else dtype
+    embed = TokenEmbedding(dense_weight(emb_info, embed_dtype, device), a.embed_scale, dtype)
     blocks = []
     for i in range(a.n_layers):
         p = f"blk.{i}"
@@ -160,7 +164,9 @@ def _build(
         else:  # share the embedding's dense matrix: no second copy of the largest tensor
             output = QuantLinear(embed.weight.data, None)
     else:
-        output = linear("output", a.vocab_size, a.dim)
+        info = t.get("output.weight")
+        _check_shape(f, info, (a.vocab_size, a.dim))
+        output = QuantLinear.from_gguf(info, head_dtype, device, quantized=quantized)
     freq_factors = None
     if a.has_rope_freqs:
         info = t.get("rope_freqs.weight")

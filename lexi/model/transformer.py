@@ -100,7 +100,10 @@ class Transformer(nn.Module):
             x = block(x, rope_local if window else rope_global, meta, cache)
         if meta.logit_rows is not None:
             x = x[meta.logit_rows]
-        logits = self.output(self.norm(x)).to(torch.float32)
+        h = self.norm(x)
+        if self.output.qweight is None:
+            h = h.to(self.output.weight.dtype)  # the CPU output layer is float32 (see the loader)
+        logits = self.output(h).to(torch.float32)
         if a.final_softcap > 0.0:
             logits = a.final_softcap * torch.tanh(logits / a.final_softcap)
         return logits
