@@ -36,16 +36,9 @@ class SamplerState:
 
     @property
     def simple_greedy(self) -> bool:
-        """Argmax of the raw logits is the answer: the batched fast path."""
+        """Argmax of the logits (less any banned EOG ids) is the answer: the batched fast path."""
         p = self.params
-        return (
-            p.greedy
-            and not p.logit_bias
-            and not p.has_penalties
-            and self.constraint is None
-            and not self.banned
-            and p.logprobs is None
-        )
+        return p.greedy and not p.logit_bias and not p.has_penalties and self.constraint is None and p.logprobs is None
 
     def draw(self, probs: torch.Tensor) -> int:
         if self.generator is None or self.generator.device != probs.device:
@@ -71,6 +64,9 @@ class Sampler:
     ) -> list[SampleResult | Exception]:
         """logits (R, V) float32 -> one result per row; a row whose constraint fails gets its exception."""
         if all(s.simple_greedy for s in states):
+            for i, s in enumerate(states):  # logits are this step's own tensor: masking in place is safe
+                if s.banned:
+                    logits[i, list(s.banned)] = float("-inf")
             tokens = logits.argmax(dim=-1).tolist()
             for s, t in zip(states, tokens, strict=True):
                 s.output_counts[t] += 1
