@@ -38,8 +38,6 @@ from lexi.kernels.paged_attention_common import (
     dot_precision,
 )
 
-# Keys per loop step. Any power of two works with any block_size (rows are looked up one by one).
-DECODE_BLOCK_N = 64
 # Contexts shorter than this never split: one program streams them faster than a second launch merges.
 SPLIT_MIN_TOKENS = 1024
 
@@ -136,6 +134,14 @@ def _paged_attention_reduce_kernel(
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
+def decode_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(BLOCK_N keys per loop step, num_warps). Any power of two works with any block_size (token rows are
+    looked up one by one); fp32 inputs at wide heads halve it to stay in registers (checked for sm_90)."""
+    if dtype == torch.float32 and head_dim > 64:
+        return 32, (4 if head_dim <= 128 else 8)
+    return 64, (4 if head_dim <= 128 else 8)
+
+
 def choose_num_splits(n_programs: int, max_context: int, n_sms: int) -> int:
     """Splits per sequence: enough programs for ~2 waves over the SMs, chunks of at least 512 keys, at most 16."""
     if max_context < SPLIT_MIN_TOKENS or n_programs >= n_sms:
@@ -174,6 +180,7 @@ def paged_attention_decode(
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     block_d = triton.next_power_of_2(head_dim)
+    block_n, num_warps = decode_tiles(head_dim, q.dtype)
     if num_splits > 1:
         part_o = torch.empty(n_seqs, n_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
         part_m = torch.empty(n_seqs, n_heads, num_splits, dtype=torch.float32, device=q.device)
@@ -186,8 +193,8 @@ def paged_attention_decode(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         meta.block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_H=max(16, triton.next_power_of_2(group)),
-        BLOCK_N=DECODE_BLOCK_N, BLOCK_D=block_d, NUM_SPLITS=num_splits, HAS_SOFTCAP=softcap > 0.0,
-        DOT_PRECISION=dot_precision(q.dtype), num_warps=4 if head_dim <= 128 else 8,
+        BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=num_splits, HAS_SOFTCAP=softcap > 0.0,
+        DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     if num_splits > 1:
         _paged_attention_reduce_kernel[(n_seqs, n_heads)](

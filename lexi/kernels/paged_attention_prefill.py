@@ -104,9 +104,13 @@ def _paged_attention_prefill_kernel(
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
-def prefill_tiles(head_dim: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps): the fp32 accumulator is BLOCK_M x head_dim, so wide heads take
-    narrower key tiles to stay in registers (H200: 64x64 at D <= 128, 64x32 with 8 warps at D = 256)."""
+def prefill_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps). The fp32 accumulator is BLOCK_M x head_dim, so wide heads take
+    narrower key tiles; fp32 inputs (3xTF32 products hold hi and lo halves of every operand) need smaller
+    tiles still. Checked by compiling for sm_90 (tests/kernels/test_paged_attention_sm90.py): <= 255
+    registers with at most ~120 bytes of stack, shared memory well under the 227 KB a block may use."""
+    if dtype == torch.float32:
+        return (32, 32, 4) if head_dim <= 128 else (16, 32, 4)
     if head_dim <= 128:
         return 64, 64, 4
     return 64, 32, 8
@@ -136,7 +140,7 @@ def paged_attention_prefill(
     max_new = max((b - a for a, b in pairwise(starts)), default=0)
     if max_new == 0:
         return out
-    block_m, block_n, num_warps = prefill_tiles(head_dim)
+    block_m, block_n, num_warps = prefill_tiles(head_dim, q.dtype)
     grid = (triton.cdiv(max_new, block_m), meta.num_seqs, n_heads)
     _paged_attention_prefill_kernel[grid](
         q, k_cache, v_cache, meta.block_tables, meta.query_start, meta.seq_lens, out,
@@ -145,6 +149,6 @@ def paged_attention_prefill(
         meta.block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_D=triton.next_power_of_2(head_dim), HAS_SOFTCAP=softcap > 0.0, DOT_PRECISION=dot_precision(q.dtype),
-        num_warps=num_warps,
+        num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     return out
