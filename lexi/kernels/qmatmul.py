@@ -68,6 +68,9 @@ class QuantWeight:
                 f"data: must be contiguous uint8 {want} for {self.qtype.name} {self.shape}, "
                 f"got {self.data.dtype} {tuple(self.data.shape)}"
             )
+        if self.data.device.type != "meta" and self.data.data_ptr() % 2:
+            # The kernels read the fp16 scale fields as aligned 2-byte words.
+            raise ValueError("data: must start at an even address")
 
     @classmethod
     def from_gguf(cls, info: TensorInfo, device: torch.device | str = "cpu") -> QuantWeight:

@@ -17,8 +17,9 @@ bytes, back to back, `row_bytes = K / BS * TS` (ggml-common.h layouts; little-en
 
 F32 / F16 / BF16 weights are plain (N, K) matrices of that dtype. Every element of the tile computes its
 own byte addresses (block kb = k / BS, position j = k % BS), so any BLOCK_K works and ragged K/N edges
-are masked; the scale bytes of a block are re-read by the elements that share them and hit L1. Fields are
-assembled from single bytes because 18-, 22- or 210-byte blocks leave 2- and 4-byte fields unaligned.
+are masked; the scale bytes of a block are re-read by the elements that share them and hit L1. Quant and
+scale bytes are loaded one by one, because 18-, 22- or 210-byte blocks leave wider fields unaligned; the
+fp16 fields are always at even offsets and are loaded as 2-byte words (QuantWeight keeps data 2-aligned).
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def _i8(ptr, mask):
 
 @triton.jit
 def _f16(ptr, mask):
-    """A little-endian fp16 field at any byte offset, as fp32."""
-    bits = _u8(ptr, mask) | (_u8(ptr + 1, mask) << 8)
-    return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    """A little-endian fp16 field, as fp32: one 2-byte load. Every fp16 field of every block type sits at an
+    even offset and every block size is even, so with an even base address the load is aligned."""
+    bits = tl.load(ptr.to(tl.pointer_type(tl.uint16)), mask=mask, other=0)
+    return bits.to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit

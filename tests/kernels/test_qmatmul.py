@@ -164,6 +164,9 @@ def test_quant_weight_validation():
     assert QMATMUL_TYPES == frozenset(TYPES)
     # dequant_tile dispatches on these id ranges.
     assert (Q.F32, Q.F16, Q.Q4_0, Q.Q8_0, Q.Q2_K, Q.Q6_K, Q.BF16) == (0, 1, 2, 8, 10, 14, 30)
+    odd = torch.zeros(4 * 68 + 1, dtype=torch.uint8)[1:].view(4, 68)
+    with pytest.raises(ValueError, match="even address"):
+        QuantWeight(Q.Q8_0, (4, 64), odd)
     with pytest.raises(ValueError, match="data"):
         QuantWeight(Q.Q4_0, (4, 64), torch.zeros(4, 35, dtype=torch.uint8))
     with pytest.raises(ValueError, match="multiple"):
