@@ -35,8 +35,13 @@ CUDA_AUTO_DTYPE = torch.bfloat16
 class LoadConfig:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16: the compute dtype of activations and dense weights
     device: str = "auto"  # auto | cpu | cuda
+    # Keep linear weights as GGUF blocks read by lexi.kernels.qmatmul; None = on CUDA only. Forcing it on
+    # a CPU runs qmatmul's PyTorch reference (slow), which tests use to check the CUDA path's wiring.
+    quantized: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.quantized not in (None, True, False):
+            raise ValueError(f"quantized must be None, True or False; got {self.quantized!r}")
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {self.dtype!r}")
         if self.device not in DEVICES:
@@ -91,7 +96,7 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
     config = config or LoadConfig()
     args = model_args_from_gguf(f)
     device, dtype = config.resolve()
-    quantized = device.type == "cuda"
+    quantized = device.type == "cuda" if config.quantized is None else config.quantized
     bar = _progress_bar(f, progress)
     try:
         model = _build(f, args, _Tensors(f, bar), dtype, device, quantized)

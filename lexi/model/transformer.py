@@ -100,9 +100,10 @@ class Transformer(nn.Module):
             x = block(x, rope_local if window else rope_global, meta, cache)
         if meta.logit_rows is not None:
             x = x[meta.logit_rows]
+        # Logits are computed from float32 inputs (quantized head) or in the dense head's own dtype (float32
+        # on a CPU): a bfloat16 result would round logits near 20 to steps of 0.125 and turn near-ties into ties.
         h = self.norm(x)
-        if self.output.qweight is None:
-            h = h.to(self.output.weight.dtype)  # the CPU output layer is float32 (see the loader)
+        h = h.to(torch.float32 if self.output.qweight is not None else self.output.weight.dtype)
         logits = self.output(h).to(torch.float32)
         if a.final_softcap > 0.0:
             logits = a.final_softcap * torch.tanh(logits / a.final_softcap)

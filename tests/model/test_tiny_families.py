@@ -100,3 +100,16 @@ def test_tiny_model_logits_match_transformers(tiny_files, name):
     print(f"{name}: max |diff| {diff:.3e} of range {span:.2f}, argmax {int(same.sum())}/{len(ids)}")
     assert bool(same.all())
     assert diff <= 2e-3 * span
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_quantized_weights_path_matches_dense(tiny_files, name):
+    """The CUDA layout (GGUF blocks through lexi.kernels.qmatmul), run with qmatmul's CPU reference."""
+    f = read_gguf(tiny_files[name])
+    dense = load_model(f, LoadConfig(dtype="float32", device="cpu", quantized=False))
+    quant = load_model(f, LoadConfig(dtype="float32", device="cpu", quantized=True))
+    assert any(m.qweight is not None for m in quant.modules() if hasattr(m, "qweight"))
+    ids = list(range(300, 320))
+    ref = SingleSequence(dense, 20).extend(ids, all_logits=True)
+    got = SingleSequence(quant, 20).extend(ids, all_logits=True)
+    assert float((got - ref).abs().max()) <= 1e-4 * float(ref.max() - ref.min())
