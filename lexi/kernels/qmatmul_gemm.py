@@ -66,6 +66,8 @@ def qmatmul_gemm(
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device) if out is None else out
     if y.shape != (m, n) or y.dtype != x2.dtype or not y.is_contiguous():
         raise ValueError(f"out: must be contiguous {x2.dtype} ({m}, {n}), got {y.dtype} {tuple(y.shape)}")
+    if m == 0:  # an empty batch: a zero-sized grid is not a valid launch
+        return y.reshape(*x.shape[:-1], n)
     wv = w.kernel_view()
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     _qmatmul_gemm_kernel[grid](

@@ -77,6 +77,8 @@ def qmatmul_gemv(
     m, (n, k) = x2.shape[0], w.shape
     if m > GEMV_MAX_M:
         raise ValueError(f"qmatmul_gemv takes at most {GEMV_MAX_M} rows, got {m}")
+    if m == 0:  # an empty batch: a zero-sized grid is not a valid launch
+        return torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device) if out is None else out
     use_dot = m > 4
     block_m = 16 if use_dot else triton.next_power_of_2(m)
     split_k = split_k or gemv_split_k(n, k, block_n, block_k)

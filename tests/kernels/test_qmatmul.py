@@ -156,6 +156,8 @@ def test_dispatch():
     assert choose_variant(meta, w) == "ref"
     with pytest.raises(ValueError, match="variant"):
         qmatmul(cpu, w, variant="fast")
+    empty = torch.zeros(0, 64)
+    assert qmatmul_gemv(empty, w).shape == (0, 40) and qmatmul_gemm(empty, w).shape == (0, 40)
     with pytest.raises(ValueError, match="at most 16 rows"):
         qmatmul_gemv(torch.zeros(17, 64), w)
 
