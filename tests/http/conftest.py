@@ -1,6 +1,7 @@
 """Real servers, each started once per session: the main one (aliases, an API key, the GGUF's ChatML
-template), one with a thinking template and sampling defaults, and one-slot servers with and without
---queue-wait. All are launched together on first use so their model loads overlap."""
+template, one slot and no queue), one with a thinking template and sampling defaults (no alias), and a
+one-slot server with --queue-wait and --reasoning-format none. All are launched together on first
+use so their model loads overlap."""
 
 from __future__ import annotations
 
@@ -27,15 +28,15 @@ def thinking_template_file(tmp_path_factory):
 def servers(thinking_template_file):
     """All servers, launched at once; a test waits only for the one it uses."""
     launched = {
+        # one slot and no queue: also the server of the busy (429) and disconnect tests
         "main": Server(
-            "--alias", "main", "--alias", "client-main", "--api-key", API_KEY, "--parallel", "2", api_key=API_KEY
+            "--alias", "main", "--alias", "client-main", "--api-key", API_KEY, "--parallel", "1", api_key=API_KEY
         ),
         "thinking": Server(
             "--chat-template-file", str(thinking_template_file),
             "--chat-template-kwargs", '{"reasoning_effort": "xhigh", "enable_thinking": true, "greeting": "hello"}',
             "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--n-predict", "3", "--parallel", "2",
         ),
-        "busy": Server("--parallel", "1"),
         "queued": Server(
             "--parallel", "1", "--queue-wait", "120", "--reasoning-format", "none",
             "--chat-template-file", str(thinking_template_file),
@@ -59,11 +60,6 @@ def thinking_server(servers):
 
 
 @pytest.fixture(scope="session")
-def busy_server(servers):
-    return servers["busy"].wait_ready()
-
-
-@pytest.fixture(scope="session")
 def queued_server(servers):
     return servers["queued"].wait_ready()
 
@@ -73,3 +69,13 @@ def client(server):
     import openai
 
     return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def client_for():
+    import openai
+
+    def make(server):
+        return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key or "none", max_retries=0, timeout=120)
+
+    return make

@@ -69,10 +69,10 @@ def test_undeclared_names_are_400(server, client, name):
         client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=1)
 
 
-def test_file_stem_is_the_id_without_alias(busy_server):
-    status, body, _ = busy_server.get("/v1/models")
+def test_file_stem_is_the_id_without_alias(thinking_server):
+    status, body, _ = thinking_server.get("/v1/models")
     assert [m["id"] for m in body["data"]] == ["SmolLM2-135M-Instruct.Q4_1"]
-    status, reply, _ = busy_server.post(
+    status, reply, _ = thinking_server.post(
         "/v1/completions", {"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Hi", "max_tokens": 1}
     )
     assert status == 200 and reply["model"] == "SmolLM2-135M-Instruct.Q4_1"

@@ -251,3 +251,30 @@ def test_chat_and_http_import_neither_torch_nor_triton():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_model_without_an_embedded_template_gets_chatml(gemma3_path):
+    from lexi.engine.config import EngineConfig
+    from lexi.http.state import prepare_state
+
+    state, f = prepare_state(ServerConfig(model=str(gemma3_path)), SamplingDefaults(), EngineConfig())
+    assert "tokenizer.chat_template" not in f.metadata
+    assert state.template.origin == "the ChatML default"
+    assert state.extra_stop == ("<|im_end|>",)  # not a token of Gemma's vocabulary: stopped on as text
+    assert state.template.bos_token == "<bos>"
+    prompt = state.template.render([{"role": "user", "content": "hi"}])
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert state.names.public_id == gemma3_path.stem
+
+
+def test_the_embedded_template_is_used_and_a_file_overrides_it(smollm2_path, tmp_path):
+    from lexi.engine.config import EngineConfig
+    from lexi.http.state import prepare_state
+
+    state, _ = prepare_state(ServerConfig(), SamplingDefaults(), EngineConfig())
+    assert state.template.origin == "the GGUF's tokenizer.chat_template" and state.extra_stop == ()
+    assert state.model_path == smollm2_path
+    override = tmp_path / "t.jinja"
+    override.write_text("{{ messages[0].content }}!")
+    state, _ = prepare_state(ServerConfig(chat_template_file=str(override)), SamplingDefaults(), EngineConfig())
+    assert state.template.render([{"role": "user", "content": "x"}]) == "x!"

@@ -65,6 +65,7 @@ def _bad_template_files(tmp_path):
     unreadable.chmod(0)
     return {
         "missing": (tmp_path / "nope.jinja", "unreadable"),
+        "not-a-directory": (latin / "x.jinja", "unreadable"),
         "directory": (tmp_path, "unreadable"),
         "unreadable": (unreadable, "unreadable"),
         "latin1": (latin, "UTF-8"),
@@ -74,7 +75,9 @@ def _bad_template_files(tmp_path):
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "directory", "unreadable", "latin1", "empty", "big", "syntax"])
+@pytest.mark.parametrize(
+    "case", ["missing", "not-a-directory", "directory", "unreadable", "latin1", "empty", "big", "syntax"]
+)
 def test_bad_template_file_refused_before_listening(tmp_path, case):
     import os
 
