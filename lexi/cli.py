@@ -106,6 +106,7 @@ def serve_command(**opts) -> None:
         from lexi.model.loader import LoadConfig
 
         return LoadConfig(dtype=opts["dtype"], device=opts["device"])
+
     try:
         code = serve(config, sampling, engine, load)
     except ChatTemplateError as exc:
