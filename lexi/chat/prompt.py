@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lexi.chat.reasoning import opened_in_prompt
 from lexi.chat.template import ChatTemplate
 
 
@@ -13,7 +14,7 @@ from lexi.chat.template import ChatTemplate
 class ChatPrompt:
     text: str
     ids: list[int]
-    thinking_open: bool  # the prompt ends inside <think>: the output starts as reasoning
+    opened: tuple[str, str] | None  # the thought delimiters the prompt opened: the output starts as reasoning
 
 
 def build_chat_prompt(
@@ -36,4 +37,4 @@ def build_chat_prompt(
     )
     add_bos = bool(tokenizer.add_bos) and not (template.bos_token and text.startswith(template.bos_token))
     ids = tokenizer.encode(text, add_bos=add_bos, special=True)
-    return ChatPrompt(text, ids, text.rstrip().endswith("<think>"))
+    return ChatPrompt(text, ids, opened_in_prompt(text))

@@ -1,6 +1,7 @@
 """Splitting chat output that opens with `<think>...</think>` into reasoning and visible content.
 
-A pure streaming parser: `feed(text)` returns the events that text releases, `finish()` the rest.
+The thought-channel form (`<|channel>thought ... <channel|>`, Gemma 4's template) is separated the
+same way. A pure streaming parser: `feed(text)` returns the events that text releases, `finish()` the rest.
 Text that could still be the start of a delimiter is held back, so a `<think>` or `</think>` split
 across generation events never shows up in either field. Whitespace just inside the delimiters
 (the newline models write after `<think>` and around `</think>`) is dropped, so a chunked stream
@@ -13,6 +14,14 @@ from dataclasses import dataclass
 
 OPEN = "<think>"
 CLOSE = "</think>"
+# (opener, closer) pairs, tried in order at the start of the output
+DELIMITERS = ((OPEN, CLOSE), ("<|channel>thought", "<channel|>"))
+
+
+def opened_in_prompt(prompt: str) -> tuple[str, str] | None:
+    """The pair whose opener ends the prompt (a template that forces thinking on), else None."""
+    tail = prompt.rstrip()
+    return next((pair for pair in DELIMITERS if tail.endswith(pair[0])), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,19 +39,22 @@ def _partial_suffix(text: str, token: str) -> int:
 
 
 class ReasoningSplitter:
-    """States: "start" (might still open <think>), "reasoning", "content".
+    """States: "start" (might still open a thought), "reasoning", "content".
 
-    `thinking_open=True` is for a prompt that already ends with `<think>` (a template that forces
-    thinking on): the output starts inside the reasoning.
+    `thinking_open=True` (or an explicit `opened` pair) is for a prompt that already ends with the
+    opener (a template that forces thinking on): the output starts inside the reasoning.
     """
 
-    __slots__ = ("_state", "_buffer", "_pending_space", "_at_segment_start")
+    __slots__ = ("_state", "_buffer", "_pending_space", "_at_segment_start", "_close")
 
-    def __init__(self, thinking_open: bool = False) -> None:
-        self._state = "reasoning" if thinking_open else "start"
+    def __init__(self, thinking_open: bool = False, opened: tuple[str, str] | None = None) -> None:
+        if thinking_open and opened is None:
+            opened = DELIMITERS[0]
+        self._state = "reasoning" if opened else "start"
+        self._close = opened[1] if opened else CLOSE
         self._buffer = ""  # held back: a possible delimiter prefix (or the undecided start)
-        self._pending_space = ""  # reasoning's trailing whitespace: dropped if </think> follows
-        self._at_segment_start = thinking_open  # leading whitespace of a segment is dropped
+        self._pending_space = ""  # reasoning's trailing whitespace: dropped if the closer follows
+        self._at_segment_start = opened is not None  # leading whitespace of a segment is dropped
 
     def feed(self, text: str) -> list[ReasoningEvent]:
         events: list[ReasoningEvent] = []
@@ -50,11 +62,12 @@ class ReasoningSplitter:
         while self._buffer:
             if self._state == "start":
                 stripped = self._buffer.lstrip()
-                if len(stripped) < len(OPEN) and OPEN.startswith(stripped):
+                if any(len(stripped) < len(o) and o.startswith(stripped) for o, _ in DELIMITERS):
                     return events  # still undecided
-                if stripped.startswith(OPEN):
-                    self._buffer = stripped[len(OPEN) :]
-                    self._state, self._at_segment_start = "reasoning", True
+                pair = next((p for p in DELIMITERS if stripped.startswith(p[0])), None)
+                if pair is not None:
+                    self._buffer = stripped[len(pair[0]) :]
+                    self._state, self._at_segment_start, self._close = "reasoning", True, pair[1]
                 else:
                     self._state = "content"
                 continue
@@ -63,13 +76,13 @@ class ReasoningSplitter:
                 self._buffer = ""
                 break
             # reasoning
-            cut = self._buffer.find(CLOSE)
+            cut = self._buffer.find(self._close)
             if cut >= 0:
                 self._emit_reasoning(events, self._buffer[:cut], final=True)
-                self._buffer = self._buffer[cut + len(CLOSE) :]
+                self._buffer = self._buffer[cut + len(self._close) :]
                 self._state, self._at_segment_start = "content", True
                 continue
-            keep = _partial_suffix(self._buffer, CLOSE)
+            keep = _partial_suffix(self._buffer, self._close)
             self._emit_reasoning(events, self._buffer[: len(self._buffer) - keep], final=False)
             self._buffer = self._buffer[len(self._buffer) - keep :]
             break
@@ -112,9 +125,9 @@ class ReasoningSplitter:
             events.append(ReasoningEvent(kind, text))
 
 
-def split_reasoning(text: str, thinking_open: bool = False) -> tuple[str, str]:
+def split_reasoning(text: str, thinking_open: bool = False, opened: tuple[str, str] | None = None) -> tuple[str, str]:
     """(reasoning, content) of a whole output: the non-streaming form of the same rules."""
-    splitter = ReasoningSplitter(thinking_open)
+    splitter = ReasoningSplitter(thinking_open, opened)
     events = splitter.feed(text) + splitter.finish()
     reasoning = "".join(e.text for e in events if e.kind == "reasoning")
     content = "".join(e.text for e in events if e.kind == "content")

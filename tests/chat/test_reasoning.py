@@ -23,6 +23,9 @@ CASES = [
     ("forced</think>rest", True, "forced", "rest"),
     ("\nforced only", True, "forced only", ""),
     ("", False, "", ""),
+    ("<|channel>thought\nplan<channel|>answer", False, "plan", "answer"),
+    ("<|channel>thinking", False, "", "<|channel>thinking"),
+    ("<|channel>thought x </think> y", False, "x </think> y", ""),
 ]
 
 
@@ -61,6 +64,16 @@ def test_every_chunking_gives_the_same_fields(text, thinking_open, reasoning, co
         assert _run(chunks, thinking_open) == (reasoning, content), chunks
         count += 1
     assert count >= 1
+
+
+def test_opened_in_prompt():
+    from lexi.chat.reasoning import DELIMITERS, opened_in_prompt
+
+    assert opened_in_prompt("<|im_start|>assistant\n<think>\n") == DELIMITERS[0]
+    assert opened_in_prompt("<|turn>model\n<|channel>thought\n") == DELIMITERS[1]
+    assert opened_in_prompt("<|im_start|>assistant\n") is None
+    assert split_reasoning("plan<channel|>answer", opened=DELIMITERS[1]) == ("plan", "answer")
+    assert split_reasoning("plan</think>answer", opened=DELIMITERS[1]) == ("plan</think>answer", "")
 
 
 def test_delimiters_are_held_back_until_decided():

@@ -43,7 +43,7 @@ class ChatCompletionsHandler(GenerationHandler):
         params = sampling_params(req.sampling, len(prompt.ids), state.engine_config.ctx_size, state.extra_stop)
         stream = await self.start_generation(GenerationRequest(prompt.ids, params))
         split = state.config.reasoning_format == "auto"
-        splitter = ReasoningSplitter(prompt.thinking_open) if split else None
+        splitter = ReasoningSplitter(opened=prompt.opened) if split else None
         tokenizer = state.runtime.tokenizer
         want_logprobs = req.sampling.logprobs is not None
         if not req.stream:
