@@ -12,12 +12,14 @@ so a chunk attends to its cached prefix and causally to itself, whose K/V `write
 the cache. Layout read: q (T, H, D) flat over the batch, k_cache / v_cache (num_blocks, block_size, KVH,
 D) through block_tables (S, max_blocks) int32, query_start (S+1,) and seq_lens (S,) int32.
 
-Grid (query tiles of the longest chunk, S, H): a program takes BLOCK_M rows of one sequence and one
-query head (tiles past the end of a shorter chunk return at once) and walks key tiles of BLOCK_N from the
-window start of its first row to its last row's position: no tile beyond the causal diagonal is read.
-The online softmax runs in fp32 in base 2; a row whose keys all lie in later tiles (window) keeps
-m = -inf until its first key arrives, and the guard below keeps that from turning into NaN.
-Query heads of a GQA group re-read the same K/V tile (served from L2), unlike the decode kernel.
+Grid (query tiles of the longest chunk, S, KVH): a program takes BLOCK_Q = BLOCK_M // G new tokens of
+one sequence times the G = H / KVH query heads sharing one KV head, packed as BLOCK_M tile rows (row r is
+token r // G, head r % G; the last BLOCK_M - BLOCK_Q * G rows are padding), so each K/V tile is read once
+for the whole group, as in the decode kernel. Tiles past the end of a shorter chunk return at once. A
+program walks key tiles of BLOCK_N from the window start of its first token to its last token's
+position: no tile beyond the causal diagonal is read. The online softmax runs in fp32 in base 2; a row
+whose keys all lie in later tiles (window) keeps m = -inf until its first key arrives, and the guard
+below keeps that from turning into NaN.
 """
 
 from __future__ import annotations
@@ -47,29 +49,32 @@ def _paged_attention_prefill_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
+    BLOCK_Q = BLOCK_M // GROUP  # constexpr: tokens per tile
     tile = tl.program_id(0)
     seq = tl.program_id(1)
-    head = tl.program_id(2)
+    kv_head = tl.program_id(2)
 
     row_start = tl.load(query_start_ptr + seq)
     n_new = tl.load(query_start_ptr + seq + 1) - row_start
-    if tile * BLOCK_M >= n_new:
+    if tile * BLOCK_Q >= n_new:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     context = seq_len - n_new
-    kv_head = head // GROUP
 
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_new
-    pos = context + rows
+    offs_m = tl.arange(0, BLOCK_M)
+    tokens = tile * BLOCK_Q + offs_m // GROUP  # index of each tile row's token within the chunk
+    heads = kv_head * GROUP + offs_m % GROUP
+    row_mask = (offs_m < BLOCK_Q * GROUP) & (tokens < n_new)
+    pos = context + tokens
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
-    q_ptrs = q_ptr + (row_start + rows).to(tl.int64)[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
+    rows = (row_start + tokens).to(tl.int64)
+    q_ptrs = q_ptr + rows[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
 
-    first_pos = context + tile * BLOCK_M
-    hi = tl.minimum(first_pos + BLOCK_M, seq_len)  # one past the last row's position
+    first_pos = context + tile * BLOCK_Q
+    hi = tl.minimum(first_pos + BLOCK_Q, seq_len)  # one past the last token's position
     lo = tl.where(sliding_window > 0, tl.maximum(first_pos - sliding_window + 1, 0), 0)
     lo = (lo // BLOCK_N) * BLOCK_N
 
@@ -100,7 +105,7 @@ def _paged_attention_prefill_kernel(
 
     # Valid rows always see their own key, so l > 0 there; padding rows are not stored.
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    out_ptrs = out_ptr + (row_start + rows).to(tl.int64)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
+    out_ptrs = out_ptr + rows[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
@@ -141,7 +146,8 @@ def paged_attention_prefill(
     if max_new == 0:
         return out
     block_m, block_n, num_warps = prefill_tiles(head_dim, q.dtype)
-    grid = (triton.cdiv(max_new, block_m), meta.num_seqs, n_heads)
+    block_m = max(block_m, triton.next_power_of_2(group))  # at least one token per tile
+    grid = (triton.cdiv(max_new, block_m // group), meta.num_seqs, k_cache.shape[2])
     _paged_attention_prefill_kernel[grid](
         q, k_cache, v_cache, meta.block_tables, meta.query_start, meta.seq_lens, out,
         float(scale), float(softcap), int(sliding_window),
