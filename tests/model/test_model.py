@@ -63,6 +63,11 @@ def test_load_config_validates():
     assert (device.type, dtype) == ("cpu", torch.float16)
 
 
+def test_float16_is_refused_for_gemma3(gemma3_gguf):
+    with pytest.raises(ValueError, match="float16 overflows"):
+        load_model(gemma3_gguf, LoadConfig(dtype="float16", device="cpu"))
+
+
 def test_chunked_and_block_sizes_agree(smollm2_f32, smollm2_tokenizer):
     from model_texts import TEACHER_TEXT
 
