@@ -140,6 +140,28 @@ def test_disconnect_mid_stream_frees_the_slot_at_once(server):
     assert server.metric("lexi_requests_total") > before
 
 
+def test_disconnect_of_a_non_streaming_request_frees_the_slot(server):
+    payload = json.dumps({"messages": USER, "max_tokens": 2000, "temperature": 0}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    sock.sendall(
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nAuthorization: Bearer {server.api_key}\r\n\r\n"
+        ).encode()
+        + payload
+    )
+    deadline = time.monotonic() + 30
+    while server.metric("lexi_slots_busy") != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sock.close()
+    deadline = time.monotonic() + 3.0
+    while server.metric("lexi_slots_busy") != 0:
+        assert time.monotonic() < deadline, "the abandoned request still holds its slot"
+        time.sleep(0.05)
+    assert server.post("/v1/chat/completions", {"messages": USER, "max_tokens": 1})[0] == 200
+
+
 def test_queue_wait_answers_simultaneous_requests_one_after_the_other(queued_server):
     results: list = [None, None]
     barrier = threading.Barrier(2)

@@ -98,6 +98,7 @@ class GenerationHandler(BaseHandler):
 
     stream: EngineStream | None = None
     client_gone = False
+    sent_any = False  # a streamed frame went out: the status line can no longer change
 
     async def start_generation(self, request) -> EngineStream:
         self.stream = EngineStream(self.state.runtime.engine, request, self._first_token)
@@ -125,10 +126,29 @@ class GenerationHandler(BaseHandler):
         for key, value in HEADERS.items():
             self.set_header(key, value)
 
+    async def stream_failures(self, streaming) -> None:
+        """Run a streaming reply; a failure after the headers went out ends the stream with an error frame."""
+        from lexi.http.sse import frame
+
+        try:
+            await streaming
+        except ApiError as exc:
+            if not self.sent_any:
+                raise
+            await self.send(frame(exc.body()))
+            self.finish()
+        except Exception as exc:
+            if not self.sent_any:
+                raise
+            log.exception("generation failed mid-stream")
+            await self.send(frame(ApiError(500, f"generation failed: {exc}", type="server_error").body()))
+            self.finish()
+
     async def send(self, data: bytes) -> bool:
         """Write and flush one frame; False (and the request aborted) once the client has gone."""
         try:
             self.write(data)
+            self.sent_any = True
             await self.flush()
             return True
         except StreamClosedError:

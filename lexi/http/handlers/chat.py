@@ -44,44 +44,51 @@ class ChatCompletionsHandler(GenerationHandler):
         stream = await self.start_generation(GenerationRequest(prompt.ids, params))
         split = state.config.reasoning_format == "auto"
         splitter = ReasoningSplitter(opened=prompt.opened) if split else None
-        tokenizer = state.runtime.tokenizer
+        if req.stream:
+            await self.stream_failures(self._stream(req, model, stream, splitter))
+        else:
+            await self._whole(req, model, stream, splitter)
+
+    async def _whole(self, req: ChatRequest, model: str, stream, splitter: ReasoningSplitter | None) -> None:
+        merged = merge_usage([d async for d in stream.events()])
+        self.count_tokens(merged)
+        reasoning, content = None, merged.text
+        if splitter is not None:
+            events = splitter.feed(merged.text) + splitter.finish()
+            reasoning = "".join(e.text for e in events if e.kind == "reasoning")
+            content = "".join(e.text for e in events if e.kind == "content")
+        tokenizer = self.state.runtime.tokenizer
+        self.write_json(chat_body(model, merged, reasoning, content, tokenizer, req.sampling.logprobs is not None))
+
+    async def _stream(self, req: ChatRequest, model: str, stream, splitter: ReasoningSplitter | None) -> None:
+        """role chunk, then content/reasoning deltas, the finish chunk, the usage chunk if asked, [DONE]."""
+        tokenizer = self.state.runtime.tokenizer
         want_logprobs = req.sampling.logprobs is not None
-        if not req.stream:
-            deltas = [d async for d in stream.events()]
-            merged = merge_usage(deltas)
-            self.count_tokens(merged)
-            reasoning, content = None, merged.text
-            if splitter is not None:
-                events = splitter.feed(merged.text) + splitter.finish()
-                reasoning = "".join(e.text for e in events if e.kind == "reasoning")
-                content = "".join(e.text for e in events if e.kind == "content")
-            self.write_json(chat_body(model, merged, reasoning, content, tokenizer, want_logprobs))
-            return
         chunks = ChatChunks(model)
         self.start_sse()
         if not await self.send(frame(chunks.chunk({"role": "assistant"}))):
             return
-        pending_logprobs = []
+        pending = []  # logprobs of tokens whose text the splitter still holds back
         async for delta in stream.events():
-            pending_logprobs.extend(delta.logprobs)
-            events = (
-                [("content", delta.text)] if splitter is None else [(e.kind, e.text) for e in splitter.feed(delta.text)]
-            )
-            if delta.finish_reason is not None and splitter is not None:
-                events += [(e.kind, e.text) for e in splitter.finish()]
+            pending.extend(delta.logprobs)
+            if splitter is None:
+                events = [("content", delta.text)]
+            else:
+                found = splitter.feed(delta.text) + (splitter.finish() if delta.finish_reason is not None else [])
+                events = [(e.kind, e.text) for e in found]
             for kind, text in events:
                 if not text:
                     continue
+                lp = chat_logprobs(tokenizer, tuple(pending)) if want_logprobs else None
+                pending = []
                 key = "reasoning_content" if kind == "reasoning" else "content"
-                lp = chat_logprobs(tokenizer, tuple(pending_logprobs)) if want_logprobs else None
-                pending_logprobs = []
                 if not await self.send(frame(chunks.chunk({key: text}, logprobs=lp))):
                     return
         last = stream.last
         self.count_tokens(last)
         if stream.aborted or last is None or last.finish_reason == "abort":
             return
-        lp = chat_logprobs(tokenizer, tuple(pending_logprobs)) if want_logprobs and pending_logprobs else None
+        lp = chat_logprobs(tokenizer, tuple(pending)) if want_logprobs and pending else None
         if not await self.send(frame(chunks.chunk({}, finish_reason(last), lp))):
             return
         if req.include_usage and not await self.send(frame(chunks.usage_chunk(last))):

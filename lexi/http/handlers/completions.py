@@ -37,6 +37,11 @@ class CompletionsHandler(GenerationHandler):
             self.count_tokens(merged)
             self.write_json(completion_body(model, merged, prefix, tokenizer, want_logprobs))
             return
+        await self.stream_failures(self._stream(req, model, stream, prefix))
+
+    async def _stream(self, req, model: str, stream, prefix: str) -> None:
+        tokenizer = self.state.runtime.tokenizer
+        want_logprobs = req.sampling.logprobs is not None
         chunks = CompletionChunks(model)
         self.start_sse()
         if prefix and not await self.send(frame(chunks.chunk(prefix))):
