@@ -1,4 +1,8 @@
-"""Paged attention: the metadata that describes one batched step, and the PyTorch reference.
+"""Paged attention: the metadata that describes one batched step, the PyTorch reference, the dispatch.
+
+`paged_attention` runs the Triton kernels on CUDA (paged_attention_decode.py for batches of one new token
+per sequence, paged_attention_prefill.py for anything else) and the reference elsewhere; importing this
+module does not import Triton.
 
 The KV cache of one layer is a pair of tensors (num_blocks, block_size, n_kv_heads, head_dim).
 A sequence owns a list of blocks (its block table); token at position p of sequence s lives in
