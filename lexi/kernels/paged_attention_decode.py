@@ -176,7 +176,8 @@ def paged_attention_decode(
         return out
     if num_splits is None:
         n_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
-        num_splits = choose_num_splits(n_seqs * n_kv, max(meta.seq_lens_host), n_sms)
+        keys = max(meta.seq_lens_host) if sliding_window <= 0 else min(max(meta.seq_lens_host), sliding_window)
+        num_splits = choose_num_splits(n_seqs * n_kv, keys, n_sms)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     block_d = triton.next_power_of_2(head_dim)
