@@ -126,3 +126,13 @@ def test_bad_embedded_template_refused_before_listening(tmp_path, template, reas
 def test_missing_model_refused(tmp_path):
     code, out, opened = run_refused("-m", str(tmp_path / "absent.gguf"))
     assert code != 0 and "absent.gguf" in out and not opened
+
+
+def test_a_model_that_fails_to_load_stops_the_server_with_the_reason(tmp_path):
+    """Header and template are fine, so the server listens; the weights are missing, so loading fails."""
+    from lexi.chat.template import CHATML_TEMPLATE
+
+    model = _gguf_with_template(tmp_path / "no-weights.gguf", CHATML_TEMPLATE)
+    code, out, _ = run_refused("-m", str(model))
+    assert code == 1, out
+    assert "listening on" in out and "the model failed to load" in out, out
