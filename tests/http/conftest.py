@@ -6,9 +6,8 @@ use so their model loads overlap."""
 from __future__ import annotations
 
 import pytest
-from server_process import Server
+from server_process import API_KEY, Server
 
-API_KEY = "sk-test-key"
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if greeting is defined %}[greeting={{ greeting }}]{% endif %}"

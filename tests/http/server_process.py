@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 LEXI = str(Path(sys.executable).with_name("lexi-engine"))
+API_KEY = "sk-test-key"  # the main test server's key
 LOAD_TIMEOUT = 300.0
 
 

@@ -7,7 +7,7 @@ import socket
 
 import openai
 import pytest
-from conftest import API_KEY
+from server_process import API_KEY
 
 ROUTES = [
     ("GET", "/v1/models"),

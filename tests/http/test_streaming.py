@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from conftest import API_KEY
+from server_process import API_KEY
 
 USER = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]
 
