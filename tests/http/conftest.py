@@ -40,6 +40,7 @@ def servers(thinking_template_file):
             "--parallel", "1", "--queue-wait", "120", "--reasoning-format", "none",
             "--chat-template-file", str(thinking_template_file),
         ),
+        "short_wait": Server("--parallel", "1", "--queue-wait", "1.5"),
     }  # fmt: skip
     for server in launched.values():
         server.launch()
@@ -68,6 +69,11 @@ def client(server):
     import openai
 
     return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def short_wait_server(servers):
+    return servers["short_wait"].wait_ready()
 
 
 @pytest.fixture(scope="session")

@@ -184,6 +184,46 @@ def test_queue_wait_answers_simultaneous_requests_one_after_the_other(queued_ser
     assert all(r[1]["usage"]["completion_tokens"] == 6 for r in results)
 
 
+def test_queue_wait_is_first_come_first_served(queued_server):
+    """A long request holds the one slot; two more queue up and are admitted in arrival order."""
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def send(name, max_tokens, delay):
+        time.sleep(delay)
+        status, _, _ = queued_server.post(
+            "/v1/chat/completions", {"messages": USER, "max_tokens": max_tokens, "temperature": 0}, timeout=200
+        )
+        assert status == 200
+        with lock:
+            done.append(name)
+
+    plan = [("first", 24, 0.0), ("second", 2, 0.4), ("third", 2, 0.8)]
+    threads = [threading.Thread(target=send, args=p) for p in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert done == ["first", "second", "third"]
+
+
+def test_a_request_that_waits_past_queue_wait_is_429(short_wait_server):
+    sock = _stream_until_first_token(short_wait_server, {"messages": USER, "max_tokens": 2000, "temperature": 0})
+    try:
+        started = time.monotonic()
+        status, body, _ = short_wait_server.post("/v1/chat/completions", {"messages": USER, "max_tokens": 2})
+        waited = time.monotonic() - started
+        assert status == 429 and body["error"]["type"] == "inference_busy"
+        assert 1.4 <= waited < 10, waited
+    finally:
+        sock.close()
+    deadline = time.monotonic() + 3.0
+    while short_wait_server.metric("lexi_slots_busy") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert short_wait_server.post("/v1/chat/completions", {"messages": USER, "max_tokens": 2})[0] == 200
+
+
 def test_without_queue_wait_one_of_two_simultaneous_requests_is_429(server):
     results: list = [None, None]
     barrier = threading.Barrier(2)
