@@ -35,7 +35,13 @@ def _json_object(ctx, param, value):
 @click.option("--top-k", type=click.IntRange(0, 100000), default=None, help="Default top_k (0-100000).")
 @click.option("--min-p", type=click.FloatRange(0, 1), default=None, help="Default min_p (0-1).")
 @click.option("--n-predict", type=click.IntRange(1, 131072), default=None, help="Default max_tokens (1-131072).")
-@click.option("--queue-wait", type=click.FloatRange(0, 86400), default=0.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--queue-wait",
+    type=click.FloatRange(0, 86400),
+    default=0.0,
+    show_default=True,
+    help="Seconds a request waits for a free slot before 429 inference_busy.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 256), default=4, show_default=True, help="Slots.")
