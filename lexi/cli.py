@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """LexiEngine: one GGUF model over an OpenAI-compatible HTTP API."""
+    # libgomp's default spin-waiting lets an idle OpenMP team burn the cores a busy one needs (see serve);
+    # every command imports torch lazily, after this.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _json_object(ctx, param, value):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# Before torch is imported: models load on one thread and engines step on another, and libgomp's default
+# spin-waiting then lets the idle OpenMP team starve the busy one on 2 cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
