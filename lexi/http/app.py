@@ -11,6 +11,7 @@ from lexi.http.handlers.chat import ChatCompletionsHandler
 from lexi.http.handlers.completions import CompletionsHandler
 from lexi.http.handlers.info import HealthHandler, MetricsHandler, ModelHandler, ModelsHandler
 from lexi.http.handlers.llama import ApplyTemplateHandler, DetokenizeHandler, TokenizeHandler
+from lexi.http.handlers.responses import ResponsesHandler
 from lexi.http.state import ServerState
 
 _access = logging.getLogger("tornado.access")
@@ -28,6 +29,7 @@ def make_app(state: ServerState) -> tornado.web.Application:
     routes = [
         (r"/v1/chat/completions", ChatCompletionsHandler),
         (r"/v1/completions", CompletionsHandler),
+        (r"/v1/responses", ResponsesHandler),
         (r"/v1/models", ModelsHandler),
         (r"/v1/models/(.+)", ModelHandler),
         (r"/health", HealthHandler),
