@@ -63,6 +63,7 @@ class Engine:
             slots_total=config.parallel, kv_blocks_total=config.num_blocks, kv_blocks_free=config.num_blocks
         )
         self._eog = frozenset(tokenizer.eog_ids) | {tokenizer.eos_id}
+        self._vocab_size = min(tokenizer.vocab_size, model.args.vocab_size)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -95,10 +96,13 @@ class Engine:
         if self._thread is None:
             raise RuntimeError("engine not started")
         self.scheduler.check_fits(len(request.prompt_ids), request.params.max_tokens)
-        vocab = self.tokenizer.vocab_size
+        vocab = self._vocab_size
         bad = [t for t in request.params.logit_bias if t >= vocab]
         if bad:
             raise ValueError(f"logit_bias names token ids outside the vocabulary of {vocab}: {bad[:5]}")
+        if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= vocab:
+            # Caught here, an out-of-range id fails its own request instead of the whole batch's forward.
+            raise ValueError(f"prompt_ids must be token ids in [0, {vocab})")
         stream = _Stream(request, asyncio.get_running_loop(), asyncio.Queue(), time.monotonic())
         self._commands.put(("add", stream))
         finished = False
@@ -152,11 +156,15 @@ class Engine:
         req = stream.request
         params = req.params
         seq = Sequence(req.request_id, req.prompt_ids, params.max_tokens, payload=stream)
-        banned = tuple(sorted(self._eog)) if params.ignore_eos else ()
-        stream.sampler = SamplerState(params, req.constraint, banned)
-        eog = frozenset() if params.ignore_eos else self._eog
-        stream.output = OutputProcessor(self.tokenizer.detokenizer(), params.stop, eog, params.max_tokens)
-        self.scheduler.add(seq, stream.submitted)
+        try:
+            banned = tuple(sorted(self._eog)) if params.ignore_eos else ()
+            stream.sampler = SamplerState(params, req.constraint, banned)
+            eog = frozenset() if params.ignore_eos else self._eog
+            stream.output = OutputProcessor(self.tokenizer.detokenizer(), params.stop, eog, params.max_tokens)
+            self.scheduler.add(seq, stream.submitted)
+        except Exception as exc:  # this request alone is refused; the loop goes on
+            stream.push(exc)
+            return
         self.stats.requests_total += 1
         self._update_gauges()
 

@@ -248,3 +248,19 @@ def test_constraint_and_logprobs_through_the_engine(smollm2):
         assert lp.token_id == d.token_ids[0] and lp.top[0][0] == lp.token_id  # greedy: the best one
         assert lp.logprob == pytest.approx(lp.top[0][1]) and lp.top[0][1] >= lp.top[1][1]
         assert lp.logprob <= 0.0
+
+
+def test_out_of_vocabulary_ids_fail_only_their_request(smollm2):
+    model, tok = smollm2
+    greedy = SamplingParams(temperature=0.0, max_tokens=3)
+    with running_engine(model, tok, parallel=2, ctx_size=64) as engine:
+        with pytest.raises(ValueError, match="prompt_ids"):
+            run(collect(engine, GenerationRequest([1, tok.vocab_size + 5], greedy)))
+        with pytest.raises(ValueError, match="logit_bias"):
+            run(
+                collect(
+                    engine, GenerationRequest([1, 2], SamplingParams(max_tokens=3, logit_bias={tok.vocab_size: 1.0}))
+                )
+            )
+        ok = run(collect(engine, GenerationRequest(tok.encode("Hello"), greedy)))
+        assert ok[-1].finish_reason in ("length", "stop") and engine.stats.requests_failed == 0
