@@ -69,3 +69,19 @@ def gemma3_model(gemma3_gguf):
     from lexi.model.loader import load_model
 
     return load_model(gemma3_gguf)
+
+
+@pytest.fixture(scope="session")
+def smollm2_f32(smollm2_gguf):
+    """SmolLM2 at float32: the dtype whose results do not depend on how many rows a step batches."""
+    from lexi.model.loader import LoadConfig, load_model
+
+    return load_model(smollm2_gguf, LoadConfig(dtype="float32", device="cpu"))
+
+
+@pytest.fixture(scope="session")
+def gemma3_f32(gemma3_gguf):
+    """Gemma 3 270M at float32."""
+    from lexi.model.loader import LoadConfig, load_model
+
+    return load_model(gemma3_gguf, LoadConfig(dtype="float32", device="cpu"))

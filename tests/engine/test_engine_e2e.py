@@ -25,7 +25,7 @@ PROMPTS = [
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
 
 
-@pytest.mark.parametrize("bundle", ["smollm2", "gemma3"])
+@pytest.mark.parametrize("bundle", ["smollm2_exact", "gemma3_exact"])
 def test_batched_greedy_equals_each_alone(bundle, request):
     model, tok = request.getfixturevalue(bundle)
     prompts = [tok.encode(p) for p in PROMPTS]
@@ -47,8 +47,8 @@ def test_batched_greedy_equals_each_alone(bundle, request):
         assert deltas[-1].finish_reason == "length" and deltas[-1].completion_tokens == 10
 
 
-def test_prefix_cache_hit_gives_the_same_output(smollm2):
-    model, tok = smollm2
+def test_prefix_cache_hit_gives_the_same_output(smollm2_exact):
+    model, tok = smollm2_exact
     system = "You are a helpful assistant who answers in one short sentence. " * 4
     first = tok.encode(system + "What is the boiling point of water?")
     second = tok.encode(system + "Name a large animal that lives in the ocean.")

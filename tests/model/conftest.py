@@ -1,26 +1,12 @@
 """Fixtures of the model tests: our models at float32, and the peers (transformers, llama.cpp), each loaded once.
 
-The bundled models' paths, GGUF files, tokenizers and default-dtype models come from tests/conftest.py.
+The bundled models' paths, GGUF files, tokenizers and models (default dtype and float32) come from tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-
-
-@pytest.fixture(scope="session")
-def smollm2_f32(smollm2_gguf):
-    from lexi.model.loader import LoadConfig, load_model
-
-    return load_model(smollm2_gguf, LoadConfig(dtype="float32", device="cpu"))
-
-
-@pytest.fixture(scope="session")
-def gemma3_f32(gemma3_gguf):
-    from lexi.model.loader import LoadConfig, load_model
-
-    return load_model(gemma3_gguf, LoadConfig(dtype="float32", device="cpu"))
 
 
 def load_hf(path):
