@@ -26,11 +26,14 @@ def test_string_and_text_part_content_give_the_same_prompt(server):
             "content": [{"type": "text", "text": "What is the capital "}, {"type": "text", "text": "of France?"}],
         }
     ]
+    # The prompts, not the generated texts, are compared: the second request hits the prefix cache, and bf16
+    # (int4 at decode sizes) rounds differently with the rows a step computes.
     a, b = ok(server), ok(server, messages=parts)
-    assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
     assert a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]
     status, prompt, _ = server.post("/apply-template", {"messages": parts})
+    _, plain, _ = server.post("/apply-template", {"messages": USER})
     assert status == 200 and "What is the capital of France?" in prompt["prompt"]
+    assert prompt["prompt"] == plain["prompt"]
 
 
 def test_usage_prompt_tokens_is_the_rendered_prompt(server):
