@@ -30,7 +30,7 @@ class ReasoningEvent:
     text: str
 
 
-def _partial_suffix(text: str, token: str) -> int:
+def partial_suffix(text: str, token: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `token`."""
     for n in range(min(len(token) - 1, len(text)), 0, -1):
         if text.endswith(token[:n]):
@@ -55,6 +55,11 @@ class ReasoningSplitter:
         self._buffer = ""  # held back: a possible delimiter prefix (or the undecided start)
         self._pending_space = ""  # reasoning's trailing whitespace: dropped if the closer follows
         self._at_segment_start = opened is not None  # leading whitespace of a segment is dropped
+
+    @property
+    def thinking(self) -> bool:
+        """Inside a thought: text fed now is reasoning (or its closer)."""
+        return self._state == "reasoning"
 
     def feed(self, text: str) -> list[ReasoningEvent]:
         events: list[ReasoningEvent] = []
@@ -82,7 +87,7 @@ class ReasoningSplitter:
                 self._buffer = self._buffer[cut + len(self._close) :]
                 self._state, self._at_segment_start = "content", True
                 continue
-            keep = _partial_suffix(self._buffer, self._close)
+            keep = partial_suffix(self._buffer, self._close)
             self._emit_reasoning(events, self._buffer[: len(self._buffer) - keep], final=False)
             self._buffer = self._buffer[len(self._buffer) - keep :]
             break

@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -105,6 +106,7 @@ class ChatTemplate:
     eos_token: str = ""
     default_kwargs: Mapping[str, Any] = field(default_factory=dict)
     _compiled: jinja2.Template | None = field(default=None, repr=False, compare=False)
+    renders_tools: bool = field(default=False, init=False)  # the template reads `tools`: it renders them itself
 
     def __post_init__(self) -> None:
         if len(self.source.encode("utf-8")) > MAX_TEMPLATE_BYTES:
@@ -112,13 +114,20 @@ class ChatTemplate:
         if not self.source.strip():
             raise ChatTemplateError(f"chat template from {self.origin} is empty")
         check_template_kwargs(self.default_kwargs, "--chat-template-kwargs")
+        env = _environment()
         try:
-            compiled = _environment().from_string(self.source)
+            tree = env.parse(self.source)
         except TemplateError as exc:
             line = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
             raise ChatTemplateError(f"chat template from {self.origin} does not parse{line}: {exc.message}") from None
         object.__setattr__(self, "default_kwargs", dict(self.default_kwargs))
-        object.__setattr__(self, "_compiled", compiled)
+        object.__setattr__(self, "_compiled", env.from_string(tree))
+        object.__setattr__(self, "renders_tools", "tools" in jinja2.meta.find_undeclared_variables(tree))
+
+    @property
+    def call_form(self) -> str:
+        """The tool-call form the template teaches: "function" when it shows `<function=`, else "json"."""
+        return "function" if "<function=" in self.source else "json"
 
     @property
     def has_thinking_switch(self) -> bool:

@@ -6,7 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from lexi.chat.prompt import Conversation
 from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
+from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
 from lexi.http.protocol import Fields, SamplingRequest, parse_sampling, stream_options
@@ -17,13 +19,10 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     model: str | None
-    messages: list[dict[str, Any]]  # template form: content is a string, reasoning_content dropped
-    tools: list[dict[str, Any]] | None
+    conversation: Conversation  # messages in template form, tools, template variables
     sampling: SamplingRequest
     stream: bool
     include_usage: bool
-    template_kwargs: dict[str, Any]
-    reasoning_effort: str | None
 
 
 def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> ChatRequest:
@@ -40,20 +39,47 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
         check_template_kwargs(kwargs, "chat_template_kwargs")
     except ValueError as exc:
         raise bad_request(str(exc), param="chat_template_kwargs") from None
-    tools = f.array("tools")
-    if tools is not None and any(not isinstance(t, dict) for t in tools):
-        f.fail("tools", "must be an array of objects")
     stream, include_usage = stream_options(f)
-    return ChatRequest(
-        model=model,
+    conversation = Conversation(
         messages=messages,
-        tools=tools or None,
-        sampling=parse_sampling(f, defaults, chat=True),
-        stream=stream,
-        include_usage=include_usage,
+        tools=parse_chat_tools(f),
         template_kwargs=dict(kwargs),
         reasoning_effort=f.string("reasoning_effort", choices=REASONING_EFFORTS),
     )
+    return ChatRequest(
+        model=model,
+        conversation=conversation,
+        sampling=parse_sampling(f, defaults, chat=True),
+        stream=stream,
+        include_usage=include_usage,
+    )
+
+
+def parse_chat_tools(f: Fields) -> ToolSet | None:
+    """tools ({"type": "function", "function": {...}}), tool_choice and parallel_tool_calls; None without tools."""
+    raw = f.array("tools") or []
+    tools: list[Tool] = []
+    try:
+        for i, entry in enumerate(raw):
+            where = f"tools[{i}]"
+            function = entry.get("function") if isinstance(entry, dict) else None
+            if not isinstance(function, dict) or entry.get("type") != "function":
+                raise ToolSpecError(f'{where} must be {{"type": "function", "function": {{"name", ...}}}}', where)
+            unknown = set(function) - {"name", "description", "parameters", "strict"}
+            if unknown:
+                raise ToolSpecError(f"{where}.function has unknown fields: {', '.join(sorted(unknown))}", where)
+            tools.append(
+                make_tool(
+                    function.get("name"), function.get("description"), function.get("parameters"),
+                    function.get("strict"), f"{where}.function", f"{where}.function.parameters",
+                )
+            )  # fmt: skip
+        check_tool_names(tools, "tools")
+        choice = make_choice(f.data.get("tool_choice"), tools, "tool_choice", nested=True)
+    except ToolSpecError as exc:
+        raise bad_request(str(exc), param=exc.param) from None
+    parallel = f.boolean("parallel_tool_calls", default=True)
+    return ToolSet(tuple(tools), choice, parallel) if tools else None
 
 
 def _message(raw: Any, index: int) -> dict[str, Any]:
@@ -107,7 +133,7 @@ def _content(f: Fields, allow_missing: bool) -> str:
 
 
 def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
-    """Templates read `function.arguments` as an object, so a JSON string is parsed (kept as text if not JSON)."""
+    """Templates read `function.arguments` as a mapping, as published templates expect: a JSON string is parsed."""
     if not isinstance(raw, list):
         raise bad_request(f"{where}.tool_calls must be an array", param=f"{where}.tool_calls")
     calls = []
@@ -115,20 +141,22 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
         param = f"{where}.tool_calls[{i}]"
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise bad_request(
-                f"{param} must be {{'type': 'function', 'function': {{'name', 'arguments'}}}}", param=param
-            )
+            shape = '{"type": "function", "function": {"name", "arguments"}}'
+            raise bad_request(f"{param} must be {shape}", param=param)
+        if call.get("id") is not None and not isinstance(call.get("id"), str):
+            raise bad_request(f"{param}.id must be a string", param=f"{param}.id")
         arguments = function.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                pass
-        calls.append(
-            {
-                "id": call.get("id"),
-                "type": "function",
-                "function": {"name": function["name"], "arguments": arguments},
-            }
-        )
+        calls.append(tool_call_entry(call.get("id"), function["name"], arguments, f"{param}.function.arguments"))
     return calls
+
+
+def tool_call_entry(call_id: str | None, name: str, arguments: Any, param: str) -> dict[str, Any]:
+    """One earlier call in the form templates read; arguments (at `param`) must be a JSON object or its text."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = None
+    if not isinstance(arguments, dict):
+        raise bad_request(f"{param} must be a JSON object (or its JSON text)", param=param)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

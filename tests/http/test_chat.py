@@ -272,7 +272,10 @@ def test_tool_message_with_name_and_tool_call_id(server):
         {"role": "tool", "tool_call_id": "call_1", "name": "weather", "content": "sunny"},
     ]
     status, body, _ = server.post("/apply-template", {"messages": history})
-    assert status == 200 and "<|im_start|>tool\nsunny<|im_end|>" in body["prompt"]
+    # ChatML renders no tools: the call is written into the assistant turn, the result into a user turn
+    call = '<|im_start|>assistant\n<tool_call>\n{"name": "weather", "arguments": {}}\n</tool_call><|im_end|>'
+    result = "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>"
+    assert status == 200 and call + "\n" + result in body["prompt"], body
     assert ok(server, messages=history)["choices"]
     status, body, _ = chat(server, messages=[{"role": "tool", "content": "sunny"}])
     assert status == 400 and body["error"]["param"] == "messages[0].tool_call_id"

@@ -103,7 +103,7 @@ def test_max_completion_tokens_wins_over_max_tokens():
         ("chat_template_kwargs", {"enable_thinking": "yes"}),
         ("chat_template_kwargs", "x"),
         ("model", 3),
-        ("tools", [1]),
+        ("tools", "x"),
     ],
 )
 def test_bad_fields_name_their_param(param, value):
@@ -165,7 +165,7 @@ def test_messages_in_template_form():
         },
         DEFAULTS,
     )
-    assert req.messages == [
+    assert req.conversation.messages == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "ab"},
         {

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from lexi.engine.request import GenerationRequest
+from lexi.http.completion_bodies import CompletionChunks, completion_body
 from lexi.http.errors import bad_request
 from lexi.http.generation import completion_logprobs, finish_reason, merge_usage, sampling_params
 from lexi.http.handlers.base import GenerationHandler
 from lexi.http.protocol_completions import parse_completion_request
-from lexi.http.responses import CompletionChunks, completion_body
 from lexi.http.sse import DONE, frame
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lexi.http.errors import ApiError
 from lexi.http.handlers.base import BaseHandler
 from lexi.http.metrics import CONTENT_TYPE
-from lexi.http.responses import model_entry
 
 
 class HealthHandler(BaseHandler):
@@ -51,3 +52,10 @@ class ModelHandler(BaseHandler):
         if model_id not in names.all:
             raise ApiError(404, f"model {model_id!r} does not exist", param="model", code="model_not_found")
         self.write_json(model_entry(model_id, self.state.created, names.public_id))
+
+
+def model_entry(name: str, created: int, public_id: str) -> dict[str, Any]:
+    entry = {"id": name, "object": "model", "created": created, "owned_by": "lexi-engine"}
+    if name != public_id:
+        entry["parent"] = public_id  # an alias: the same resident model, not a second one
+    return entry

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lexi.http.handlers.base import BaseHandler
-from lexi.http.handlers.chat import render_prompt
+from lexi.http.handlers.chat import chat_turn
 from lexi.http.protocol import Fields
 from lexi.http.protocol_chat import parse_chat_request
 
@@ -45,5 +45,5 @@ class ApplyTemplateHandler(BaseHandler):
 
     def post(self) -> None:
         req = parse_chat_request(self.json_body(), self.state.sampling)
-        prompt = render_prompt(self.state, req)
-        self.write_json({"prompt": prompt.text})
+        turn = chat_turn(self.state, req.conversation)
+        self.write_json({"prompt": turn.prompt.text})

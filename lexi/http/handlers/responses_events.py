@@ -1,10 +1,11 @@
 """One Responses API answer built from engine events: output items, the stream's typed events, usage.
 
 Both the whole body and the stream come from the same builder, so a streamed response's final
-`response.completed` object is exactly what the non-streaming route returns. Splitter output opens
-items in order: reasoning (a `<think>` block, with --reasoning-format auto) first, then the
-assistant message. The message item is always there, empty when generation stopped inside the
-thinking, so `output_text` is defined for every response.
+`response.completed` object is exactly what the non-streaming route returns. Output events open
+items in order: reasoning (a `<think>` block, with --reasoning-format auto), the assistant message,
+and a `function_call` item per verified call (its arguments sent whole, as one delta, once the call
+has been checked). A response without calls always has a message item, empty when generation
+stopped inside the thinking, so `output_text` is defined for every plain answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 import uuid
 from typing import Any
 
+from lexi.chat.output import OutputEvent
+from lexi.chat.tool_calls import ToolCall
 from lexi.engine.request import CompletionDelta
 from lexi.engine.sampling import SamplingParams
 from lexi.http.protocol_responses import ResponsesRequest
@@ -44,8 +47,6 @@ class ResponseBuilder:
         self.usage: dict[str, Any] | None = None
         self._seq = 0
         self._open: dict[str, Any] | None = None  # the item text is going into
-        self._done_tokens = 0  # completion tokens seen so far (the engine's counts are running totals)
-        self._thinking_tokens = 0  # tokens generated before the first visible content
 
     def event(self, type: str, **fields: Any) -> dict[str, Any]:
         event = {"type": type, **fields, "sequence_number": self._seq}
@@ -58,14 +59,10 @@ class ResponseBuilder:
             self.event("response.in_progress", response=self.body()),
         ]
 
-    def count(self, delta: CompletionDelta, kinds: set[str]) -> None:
-        """Tokens of a delta that released no content while no content came yet are reasoning tokens."""
-        new = delta.completion_tokens - self._done_tokens
-        self._done_tokens = delta.completion_tokens
-        if "content" not in kinds and not self._has("message"):
-            self._thinking_tokens += new
-
-    def feed(self, kind: str, text: str) -> list[dict[str, Any]]:
+    def feed(self, event: OutputEvent) -> list[dict[str, Any]]:
+        if event.kind == "tool_call":
+            return self._close("completed") + self._call(event.call)
+        kind, text = event.kind, event.text
         if not text:
             return []
         wanted = "reasoning" if kind == "reasoning" else "message"
@@ -81,19 +78,15 @@ class ResponseBuilder:
         events.append(self.event(name, item_id=item["id"], output_index=index, content_index=0, delta=text, **extra))
         return events
 
-    def finish(self, last: CompletionDelta) -> list[dict[str, Any]]:
-        """Close the open item (adding an empty message if none came), then the final lifecycle event."""
+    def finish(self, last: CompletionDelta, reasoning_tokens: int) -> list[dict[str, Any]]:
+        """Close the open item (adding an empty message if the answer had none), then the final lifecycle event."""
         length = last.finish_reason == "length"
-        events = []
-        if self._open is not None and self._open["type"] == "message":
-            events += self._close("incomplete" if length else "completed")
-        else:
-            events += self._close("incomplete" if length else "completed")
-            events += self._add("message")
-            events += self._close("incomplete" if length else "completed")
-        self.status = "incomplete" if length else "completed"
+        status = "incomplete" if length else "completed"
+        events = self._close(status)
+        if not self._has("message") and not self._has("function_call"):
+            events += self._add("message") + self._close(status)
+        self.status = status
         self.incomplete_details = {"reason": "max_output_tokens"} if length else None
-        reasoning_tokens = self._thinking_tokens if self._has("reasoning") else 0
         self.usage = {
             "input_tokens": last.prompt_tokens,
             "input_tokens_details": {"cached_tokens": last.cached_tokens},
@@ -106,6 +99,22 @@ class ResponseBuilder:
 
     def _has(self, kind: str) -> bool:
         return any(item["type"] == kind for item in self.output)
+
+    def _call(self, call: ToolCall) -> list[dict[str, Any]]:
+        """A verified call: its item opens, its arguments arrive as one delta, then everything is done."""
+        item = {
+            "id": _id("fc"), "type": "function_call", "status": "in_progress",
+            "arguments": "", "call_id": call.id, "name": call.name,
+        }  # fmt: skip
+        index = len(self.output)
+        events = [self.event("response.output_item.added", output_index=index, item=_copy(item))]
+        head = {"item_id": item["id"], "output_index": index}
+        events.append(self.event("response.function_call_arguments.delta", **head, delta=call.arguments))
+        events.append(self.event("response.function_call_arguments.done", **head, arguments=call.arguments))
+        item.update(arguments=call.arguments, status="completed")
+        self.output.append(item)
+        events.append(self.event("response.output_item.done", output_index=index, item=_copy(item)))
+        return events
 
     def _add(self, kind: str) -> list[dict[str, Any]]:
         if kind == "reasoning":
@@ -147,6 +156,7 @@ class ResponseBuilder:
     def body(self) -> dict[str, Any]:
         """The `response` object as it stands: in progress at the start, final after `finish()`."""
         req = self.req
+        tools = req.conversation.tools
         return {
             "id": self.id,
             "object": "response",
@@ -160,18 +170,25 @@ class ResponseBuilder:
             "output": _copy(self.output),
             "parallel_tool_calls": req.parallel_tool_calls,
             "previous_response_id": None,
-            "reasoning": {"effort": req.reasoning_effort, "summary": None},
+            "reasoning": {"effort": req.conversation.reasoning_effort, "summary": None},
             "store": False,
             "temperature": self.params.temperature,
             "text": {"format": {"type": "text"}},
             "tool_choice": req.tool_choice,
-            "tools": [],
+            "tools": [_tool_entry(t) for t in tools.tools] if tools else [],
             "top_p": self.params.top_p,
             "truncation": "disabled",
             "usage": self.usage,
             "metadata": req.metadata,
             "background": False,
         }
+
+
+def _tool_entry(tool) -> dict[str, Any]:
+    return {
+        "type": "function", "name": tool.name, "description": tool.description,
+        "parameters": tool.parameters, "strict": tool.strict,
+    }  # fmt: skip
 
 
 def _copy(value: Any) -> Any:

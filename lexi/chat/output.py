@@ -1,0 +1,106 @@
+"""One output pipeline for every chat-shaped route: text -> reasoning split -> tool calls -> typed events.
+
+The chat and Responses handlers feed each engine event's text here and write the events that come
+back; neither splits or parses anything itself. `feed(..., finish_reason=...)` feeds the last text
+and then finishes, in that order, so no caller can finish before the final fragment (which would
+drop or reorder a delimiter split across the last two events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lexi.chat.reasoning import ReasoningSplitter
+from lexi.chat.tool_calls import ToolCall, ToolCallReader
+from lexi.chat.tool_parser import CallBlock, ToolCallParser
+from lexi.chat.tools import ToolSet
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEvent:
+    kind: str  # "reasoning" | "content" | "tool_call"
+    text: str = ""
+    call: ToolCall | None = None
+
+
+class ToolCallError(ValueError):
+    """tool_choice required a call and the model did not write a valid one (the request fails, never a fake call)."""
+
+
+class ChatOutput:
+    """One generation's output; `reasoning_tokens` counts the tokens generated inside the thought."""
+
+    def __init__(self, splitter: ReasoningSplitter | None, tools: ToolSet | None) -> None:
+        self._splitter = splitter
+        parse = tools is not None and tools.choice.mode != "none"
+        self._tools = tools
+        self._reader = ToolCallReader(tools) if parse else None
+        self._parser = ToolCallParser() if parse else None
+        self.calls: list[ToolCall] = []
+        self.reasoning_tokens = 0
+        self._reasoned = False  # any reasoning text came out
+        self._after_call = False  # whitespace right after a call is framing, not content
+
+    def feed(self, text: str, num_tokens: int = 0, finish_reason: str | None = None) -> list[OutputEvent]:
+        """The events `text` releases; with `finish_reason` ("stop", "length", ...) also everything held."""
+        final = finish_reason is not None
+        if self._splitter is None:
+            pieces = [("content", text)]
+        else:
+            thinking = self._splitter.thinking
+            found = self._splitter.feed(text) + (self._splitter.finish() if final else [])
+            if thinking or self._splitter.thinking:
+                self.reasoning_tokens += num_tokens
+            pieces = [(e.kind, e.text) for e in found]
+        events: list[OutputEvent] = []
+        for kind, piece in pieces:
+            if kind == "reasoning":
+                self._reasoned = self._reasoned or bool(piece)
+                _append(events, OutputEvent("reasoning", piece))
+            elif self._parser is None:
+                _append(events, OutputEvent("content", piece))
+            else:
+                self._parsed(events, self._parser.feed(piece), finish_reason)
+        if final and self._parser is not None:
+            self._parsed(events, self._parser.finish(), finish_reason)
+            if self._tools.forced and not self.calls:
+                raise ToolCallError("tool_choice requires a tool call, and the model's answer holds none")
+        if final and not self._reasoned:
+            self.reasoning_tokens = 0
+        return events
+
+    def _parsed(self, events: list[OutputEvent], pieces: list[str | CallBlock], finish_reason: str | None) -> None:
+        for piece in pieces:
+            if isinstance(piece, str):
+                if self._after_call:  # the parser releases whitespace only together with the text after it
+                    piece = piece.lstrip()
+                    self._after_call = False
+                _append(events, OutputEvent("content", piece))
+                continue
+            outcome = self._read(piece, finish_reason)
+            if isinstance(outcome, ToolCall):
+                self.calls.append(outcome)
+                events.append(OutputEvent("tool_call", call=outcome))
+                self._after_call = True
+                continue
+            self._after_call = False
+            if self._tools.forced:
+                raise ToolCallError(f"tool_choice requires a valid tool call, and {outcome}")
+            _append(events, OutputEvent("content", piece.lead + piece.raw))
+
+    def _read(self, block: CallBlock, finish_reason: str | None) -> ToolCall | str:
+        if not block.closed and finish_reason != "stop":
+            return "the output ended inside a tool call (max_tokens reached)"
+        if self.calls and not self._tools.parallel:
+            return "parallel_tool_calls is false and the model wrote a second call"
+        return self._reader.read(block.body)
+
+
+def _append(events: list[OutputEvent], event: OutputEvent) -> None:
+    """Adjacent text of one kind travels as one event."""
+    if not event.text:
+        return
+    if events and events[-1].kind == event.kind and event.kind != "tool_call":
+        events[-1] = OutputEvent(event.kind, events[-1].text + event.text)
+    else:
+        events.append(event)
