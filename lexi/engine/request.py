@@ -9,21 +9,31 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from lexi.engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    import torch
+    from collections.abc import Hashable
+
+    import numpy as np
 
 
 @runtime_checkable
 class TokenConstraint(Protocol):
-    """A per-sequence mask hook (Outlines guides implement it). Called on the engine thread only."""
+    """A per-sequence mask hook (lexi.chat.constraint implements it). Called on the engine thread only.
 
-    def allowed_tokens(self) -> torch.Tensor | None:
-        """bool (vocab,) of tokens allowed next, or None for no restriction."""
+    Plain data both ways, so the layer that implements it needs no torch.
+    """
+
+    def mask_key(self) -> Hashable | None:
+        """What the next step allows, named: None when nothing is restricted; equal keys (from any request of
+        this engine) name equal sets, so the engine compiles each set once."""
+
+    def fill_mask(self, row: np.ndarray) -> None:
+        """Write the set named by the last `mask_key` as bits of `row` (int32 words, zeroed; token t = bit
+        t%32 of word t//32). Called only when the engine has not compiled that key yet."""
 
     def advance(self, token_id: int) -> None:
-        """The sampled token; the constraint moves to its next state."""
+        """The sampled token; the constraint moves to its next state (raises for a token it did not allow)."""
 
     def is_finished(self) -> bool:
-        """True once the constrained output is complete: the request finishes with "stop"."""
+        """True once nothing but the end of output may follow: the request finishes with "stop"."""
 
 
 @dataclass(slots=True)

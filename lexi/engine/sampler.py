@@ -1,9 +1,11 @@
 """Logits -> tokens for one step's rows, each row with its own parameters, generator and constraint.
 
-Order per row (llama.cpp's chain): logit_bias, penalties, constraint mask, EOG mask when ignoring EOS;
-logprobs are read here; then top_k, top_p and min_p on the untempered distribution, then temperature
-and a draw from the request's own torch.Generator, so a seed gives the same tokens whatever else
-shares the batch.
+Constraint masks come first, applied in place to the rows that have one (`TokenBitmask`); then, per
+row (llama.cpp's chain): logit_bias, penalties, EOG mask when ignoring EOS (a masked-out token stays
+-inf through all of them); logprobs are read here; then top_k, top_p and min_p on the untempered
+distribution, then temperature and a draw from the request's own torch.Generator, so a seed gives
+the same tokens whatever else shares the batch. Greedy rows with nothing per-row to apply, constrained
+or not, take one batched argmax.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lexi.engine.bitmask import TokenBitmask
 from lexi.engine.request import TokenConstraint, TokenLogprob
 from lexi.engine.sampling import SamplingParams
 
@@ -38,7 +41,7 @@ class SamplerState:
     def simple_greedy(self) -> bool:
         """Argmax of the logits (less any banned EOG ids) is the answer: the batched fast path."""
         p = self.params
-        return p.greedy and not p.logit_bias and not p.has_penalties and self.constraint is None and p.logprobs is None
+        return p.greedy and not p.logit_bias and not p.has_penalties and p.logprobs is None
 
     def draw(self, probs: torch.Tensor) -> int:
         if self.generator is None or self.generator.device != probs.device:
@@ -54,37 +57,74 @@ class SampleResult:
 
 
 class Sampler:
-    """Stateless apart from the vocabulary size; per-request state lives in SamplerState."""
+    """Per-request state lives in SamplerState; the sampler keeps only the vocabulary size and the mask buffers."""
 
     def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
+        self._masks: TokenBitmask | None = None  # made when the first constrained row comes
+
+    def _masks_for(self, logits: torch.Tensor) -> TokenBitmask:
+        if self._masks is None or self._masks.device != logits.device:
+            self._masks = TokenBitmask(logits.shape[-1], logits.device)
+        return self._masks
 
     def sample(
         self, logits: torch.Tensor, states: Seq[SamplerState], histories: Seq[list[int]]
     ) -> list[SampleResult | Exception]:
-        """logits (R, V) float32 -> one result per row; a row whose constraint fails gets its exception."""
-        if all(s.simple_greedy for s in states):
-            for i, s in enumerate(states):  # logits are this step's own tensor: masking in place is safe
-                if s.banned:
-                    logits[i, list(s.banned)] = float("-inf")
-            tokens = logits.argmax(dim=-1).tolist()
-            for s, t in zip(states, tokens, strict=True):
-                s.output_counts[t] += 1
-            return [SampleResult(t) for t in tokens]
-        results: list[SampleResult | Exception] = []
-        for row, state, history in zip(logits, states, histories, strict=True):
-            try:
-                result = self._sample_row(row, state, history)
-            except Exception as exc:  # a broken constraint fails its own request only
-                results.append(exc)
+        """logits (R, V) float32, the step's own tensor (masked in place) -> one result per row.
+
+        A row whose constraint fails (raises, or allows no token) gets its exception instead of a token.
+        """
+        results: list[SampleResult | Exception | None] = [None] * len(states)
+        if any(s.constraint is not None for s in states):
+            for i, exc in self._apply_constraints(logits, states, self._masks_for(logits)).items():
+                results[i] = exc
+        greedy = [i for i, s in enumerate(states) if s.simple_greedy and results[i] is None]
+        if greedy:
+            for i in greedy:  # logits are this step's own tensor: masking in place is safe
+                if states[i].banned:
+                    logits[i, list(states[i].banned)] = float("-inf")
+            rows = logits if len(greedy) == len(states) else logits[greedy]
+            for i, token in zip(greedy, rows.argmax(dim=-1).tolist(), strict=True):
+                results[i] = SampleResult(token)
+        for i, (row, state, history) in enumerate(zip(logits, states, histories, strict=True)):
+            if results[i] is not None:
                 continue
-            state.output_counts[result.token_id] += 1
-            results.append(result)
-        return results
+            try:
+                results[i] = self._sample_row(row, state, history)
+            except Exception as exc:  # a broken row fails its own request only
+                results[i] = exc
+        for state, result in zip(states, results, strict=True):
+            if isinstance(result, SampleResult):
+                state.output_counts[result.token_id] += 1
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _apply_constraints(
+        logits: torch.Tensor, states: Seq[SamplerState], masks: TokenBitmask
+    ) -> dict[int, Exception]:
+        """Mask the rows of constrained sequences in place; the rows whose constraint failed."""
+        failed: dict[int, Exception] = {}
+        for i, state in enumerate(states):
+            constraint = state.constraint
+            if constraint is None:
+                continue
+            try:
+                key = constraint.mask_key()
+                if key is None:
+                    continue
+                mask = masks.compiled(key, constraint.fill_mask)
+            except Exception as exc:  # a broken constraint fails its own request only
+                failed[i] = exc
+                continue
+            if mask.allows_nothing:
+                failed[i] = RuntimeError("the token constraint allows no token")
+                continue
+            masks.apply(logits[i], mask)
+        return failed
 
     def _sample_row(self, x: torch.Tensor, state: SamplerState, history: list[int]) -> SampleResult:
-        p = state.params
-        x = x.clone()
+        p = state.params  # x is a row of the step's own logits: modified in place, never copied
         if p.logit_bias:
             ids = [t for t in p.logit_bias if t < x.numel()]
             x[ids] += torch.tensor([p.logit_bias[t] for t in ids], dtype=x.dtype, device=x.device)
@@ -96,15 +136,6 @@ class Sampler:
             ids = torch.tensor(list(state.output_counts), dtype=torch.int64, device=x.device)
             counts = torch.tensor(list(state.output_counts.values()), dtype=x.dtype, device=x.device)
             x[ids] -= counts * p.frequency_penalty + p.presence_penalty
-        if state.constraint is not None:
-            allowed = state.constraint.allowed_tokens()
-            if allowed is not None:
-                mask = torch.zeros(x.numel(), dtype=torch.bool, device=x.device)
-                n = min(allowed.numel(), x.numel())
-                mask[:n] = allowed[:n].to(device=x.device, dtype=torch.bool)
-                if not bool(mask.any()):
-                    raise RuntimeError("the token constraint allows no token")
-                x.masked_fill_(~mask, float("-inf"))
         if state.banned:
             x[list(state.banned)] = float("-inf")
         token = self._choose(x, state)
