@@ -1,0 +1,356 @@
+"""A JSON Schema as a regex of the JSON text that satisfies it: what constrained decoding enforces.
+
+The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
+it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
+(compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, repeat counts and integer bounds
+too large to write out, and nesting past a depth limit: there the regex holds a hole (a NUL
+character, which JSON text never contains raw), and the per-request constraint lets the model open
+any container at a hole and leaves the rest of the output free (a regex cannot count brackets, and
+writing every level out costs ~4x per level in the compiled index). The one narrowing follows common
+practice: an object that lists `properties` and says nothing about others accepts only the listed
+ones. The output is still verified against the schema as written, so widening never lets an invalid
+value through to the client.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from lexi.chat.pattern_regex import MAX_ESCAPED_COUNT, Untranslatable, any_json_char, bounded_repeat, pattern_body
+from lexi.chat.regex_text import alt, literal, repeat
+from lexi.chat.schema_refs import resolve_ref
+
+WS = "\\u0020?"  # one optional space after ',' and ':': compact JSON, and no room to pad forever
+COMMA = WS + "\\u002C" + WS
+COLON = WS + "\\u003A" + WS
+QUOTE = "\\u0022"
+NULL, BOOLEAN = "null", "(?:true|false)"
+INTEGER = "\\u002D?(?:0|[1-9][0-9]*)"
+FRACTION_EXPONENT = "(?:\\u002E[0-9]+)?(?:[eE][\\u002B\\u002D]?[0-9]+)?"
+NUMBER = INTEGER + FRACTION_EXPONENT
+TYPES = ("object", "array", "string", "number", "boolean", "null")
+MAX_DEPTH = 8  # nesting of a schema's own objects/arrays (and $ref expansions) written out exactly
+ANY_DEPTH = 1  # levels of containers written out exactly inside a value the schema leaves open
+HOLE = "\\u0000"  # where a container past the depth limit may open (see the module docstring)
+MAX_DIGITS = 18  # integer bounds with more digits are not written out
+OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties")
+
+
+class SchemaRegex:
+    """Translates one root schema (its $refs resolve against the root)."""
+
+    def __init__(self, root: Mapping[str, Any] | bool) -> None:
+        self.root = root
+        # A raw quote byte inside a string-rooted answer would restart the match in the unanchored DFA that
+        # outlines-core also builds, and counted string characters then cost exponential compile time
+        # (Gemma: 1.5 s for a 10-character bound, 286 s for 20). Such answers write a quote as \u0022: the
+        # same values, no restarts.
+        self.quote_as_unicode = not _never_a_string(root, root)
+        self.char = any_json_char(self.quote_as_unicode)
+        self.string = QUOTE + f"(?:{self.char})*" + QUOTE
+
+    def regex(self) -> str | None:
+        """The whole value's regex; None when the schema accepts nothing."""
+        return self.value(self.root, 0)
+
+    def value(self, schema: Any, depth: int) -> str | None:
+        if schema is True or schema == {}:
+            return self.any_value(ANY_DEPTH)
+        if schema is False:
+            return None
+        if not isinstance(schema, Mapping):
+            return self.any_value(ANY_DEPTH)
+        if isinstance(schema.get("$ref"), str):
+            if depth >= MAX_DEPTH:
+                return self.any_value(0)
+            target = resolve_ref(self.root, schema["$ref"])
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = _merge([target, rest]) if rest and isinstance(target, Mapping) else target
+            return self.value(schema, depth + 1)
+        if isinstance(schema.get("allOf"), list):
+            rest = {k: v for k, v in schema.items() if k != "allOf"}
+            return self.value(_merge([rest, *schema["allOf"]]), depth)
+        branches = schema.get("anyOf") or schema.get("oneOf")  # oneOf widened to anyOf
+        if isinstance(branches, list):
+            rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
+            return alt(self.value(_merge([rest, b]) if rest else b, depth) for b in branches)
+        if "const" in schema:
+            return value_literal(schema["const"])
+        if isinstance(schema.get("enum"), list):
+            return alt(value_literal(v) for v in schema["enum"])
+        kinds = schema.get("type", list(TYPES))
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if "integer" in kinds and "number" in kinds:
+            kinds.remove("integer")
+        return alt(self.typed(schema, kind, depth) for kind in kinds)
+
+    def typed(self, schema: Mapping[str, Any], kind: str, depth: int) -> str | None:
+        if kind == "null":
+            return NULL
+        if kind == "boolean":
+            return BOOLEAN
+        if kind == "integer":
+            return integer_regex(schema)
+        if kind == "number":
+            return number_regex(schema)
+        if kind == "string":
+            return self.string_regex(schema)
+        if depth >= MAX_DEPTH:
+            return HOLE
+        if kind == "array":
+            return self.array_regex(schema, depth + 1)
+        if kind == "object":
+            return self.object_regex(schema, depth + 1)
+        return None
+
+    def string_regex(self, schema: Mapping[str, Any]) -> str | None:
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            try:
+                body = pattern_body(pattern, self.char, self.quote_as_unicode)
+            except Untranslatable:
+                body = f"(?:{self.char})*"  # widened: any string
+            return QUOTE + body + QUOTE if body is not None else None
+        low = _count(schema.get("minLength"), 0)
+        high = _count(schema.get("maxLength"), None)
+        if high is not None and low > high:
+            return None
+        return QUOTE + bounded_repeat(self.char, low, high) + QUOTE
+
+    def array_regex(self, schema: Mapping[str, Any], depth: int) -> str | None:
+        prefix = schema.get("prefixItems")
+        items = schema.get("items", True)
+        if isinstance(items, list):  # drafts before 2020-12: items as a tuple, then additionalItems
+            prefix, items = items, schema.get("additionalItems", True)
+        item = self.value(items, depth)
+        if isinstance(prefix, list) and prefix:
+            # a tuple: each leading element optional in order (min/max counts widened away)
+            body = "" if item is None else repeat(COMMA + item, 0, None)
+            for element in reversed(prefix[1:]):
+                value = self.value(element, depth)
+                body = "" if value is None else f"(?:{COMMA}{value}{body})?"
+            first = self.value(prefix[0], depth)
+            inner = "" if first is None else f"(?:{first}{body})?"
+            return "\\u005B" + WS + inner + WS + "\\u005D"
+        low = _count(schema.get("minItems"), 0)
+        high = _count(schema.get("maxItems"), None)
+        if high is not None and low > high:
+            return None
+        if item is None or high == 0:
+            return "\\u005B" + WS + "\\u005D" if low == 0 else None
+        if low > MAX_ESCAPED_COUNT or (high is not None and high > MAX_ESCAPED_COUNT):
+            low, high = min(low, MAX_ESCAPED_COUNT), None  # counted copies of the item cost as string bounds do
+        body = item + repeat(COMMA + item, max(low - 1, 0), None if high is None else high - 1)
+        if low == 0:
+            body = f"(?:{body})?"
+        return "\\u005B" + WS + body + WS + "\\u005D"
+
+    def object_regex(self, schema: Mapping[str, Any], depth: int) -> str | None:
+        listed = schema.get("properties")
+        properties = dict(listed) if isinstance(listed, Mapping) else {}
+        required = [k for k in schema.get("required") or [] if isinstance(k, str)]
+        extra = schema.get("additionalProperties")
+        if extra is None:
+            # the one narrowing: listed properties and nothing said about others -> only the listed ones
+            extra = False if properties and "patternProperties" not in schema else True
+        for key in required:
+            properties.setdefault(key, True)  # required but not described: any value
+        if "patternProperties" in schema and extra is False:
+            extra = True  # names matching a pattern are allowed: widened to any name
+        extra_value = self.value(extra, depth) if extra is not False else None
+        extra_pair = None if extra_value is None else self.string + COLON + extra_value
+        pairs = []
+        for key, sub in properties.items():
+            value = self.value(sub, depth)
+            if value is None:
+                if key in required:
+                    return None
+                continue
+            pairs.append((literal(_dump(key)) + COLON + value, key in required))
+        return "\\u007B" + WS + _members(pairs, extra_pair) + WS + "\\u007D"
+
+    def any_value(self, levels: int) -> str:
+        """Any JSON value: `levels` levels of containers written out, then a hole (see the module docstring)."""
+        scalars = [self.string, NUMBER, BOOLEAN, NULL]
+        if levels <= 0:
+            return alt([*scalars, HOLE])
+        inner = self.any_value(levels - 1)
+        array = "\\u005B" + WS + f"(?:{inner}{repeat(COMMA + inner, 0, None)})?" + WS + "\\u005D"
+        pair = self.string + COLON + inner
+        obj = "\\u007B" + WS + f"(?:{pair}{repeat(COMMA + pair, 0, None)})?" + WS + "\\u007D"
+        return alt([*scalars, array, obj])
+
+
+def _never_a_string(schema: Any, root: Any, depth: int = 0) -> bool:
+    """The schema only takes objects or arrays (through $refs and branches), so its text never starts with a quote."""
+    if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
+        return False
+    if isinstance(schema.get("$ref"), str):
+        try:
+            return _never_a_string(resolve_ref(root, schema["$ref"]), root, depth + 1)
+        except ValueError:
+            return False
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list):
+        return all(_never_a_string(b, root, depth + 1) for b in branches)
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        return isinstance(values, list) and all(isinstance(v, dict | list) for v in values)
+    kind = schema.get("type")
+    kinds = [kind] if isinstance(kind, str) else kind
+    return isinstance(kinds, list) and bool(kinds) and set(kinds) <= {"object", "array"}
+
+
+def schema_regex(schema: Mapping[str, Any] | bool) -> str | None:
+    return SchemaRegex(schema).regex()
+
+
+def _members(pairs: list[tuple[str, bool]], extra: str | None) -> str:
+    """Object members in listed order, optional ones skippable, with commas only between members.
+
+    after: members i.. when one was already written (each preceded by a comma); first: when none was.
+    """
+    extras_after = "" if extra is None else repeat(COMMA + extra, 0, None)
+    extras_first = "" if extra is None else f"(?:{extra}{extras_after})?"
+    after, first = extras_after, extras_first
+    for pair, needed in reversed(pairs):
+        if needed:
+            after, first = COMMA + pair + after, pair + after
+        else:
+            after, first = f"(?:{COMMA}{pair})?" + after, alt([pair + after, first]) or ""
+    return first
+
+
+def value_literal(value: Any) -> str:
+    """One JSON value exactly, with the same optional spaces as everywhere else in the output."""
+    if isinstance(value, dict):
+        pairs = COMMA.join(literal(_dump(k)) + COLON + value_literal(v) for k, v in value.items())
+        return "\\u007B" + WS + pairs + WS + "\\u007D"
+    if isinstance(value, list):
+        return "\\u005B" + WS + COMMA.join(value_literal(v) for v in value) + WS + "\\u005D"
+    return literal(_dump(value))
+
+
+def _merge(schemas: list[Any]) -> Any:
+    """allOf as one schema: object properties and required lists combined, other keywords first-wins.
+
+    A value valid for every branch is valid for the merge (first-wins only drops constraints), so
+    this widens and never narrows; a `false` branch makes the whole unsatisfiable.
+    """
+    merged: dict[str, Any] = {}
+    for schema in schemas:
+        if schema is False:
+            return False
+        if not isinstance(schema, Mapping):
+            continue
+        for key, value in schema.items():
+            if key == "properties" and isinstance(value, Mapping):
+                merged.setdefault("properties", {})
+                for name, sub in value.items():
+                    merged["properties"].setdefault(name, sub)
+            elif key == "required" and isinstance(value, list):
+                merged["required"] = list(dict.fromkeys([*merged.get("required", []), *value]))
+            else:
+                merged.setdefault(key, value)
+    return merged
+
+
+def _count(value: Any, default: int | None) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return default
+    return int(value)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def integer_regex(schema: Mapping[str, Any]) -> str | None:
+    low, high = _bounds(schema, integral=True)
+    if low is not None and high is not None and low > high:
+        return None
+    return int_range(low, high)
+
+
+def number_regex(schema: Mapping[str, Any]) -> str:
+    low, _ = _bounds(schema, integral=False)
+    if low is not None and low >= 0:
+        # non-negative (a written -0 is zero, so it stays allowed)
+        return f"(?:(?:0|[1-9][0-9]*){FRACTION_EXPONENT}|\\u002D0(?:\\u002E0+)?(?:[eE][\\u002B\\u002D]?[0-9]+)?)"
+    return NUMBER
+
+
+def _bounds(schema: Mapping[str, Any], integral: bool) -> tuple[Any, Any]:
+    """(low, high) inclusive; integral bounds are rounded inward, bounds too big to write out dropped."""
+
+    def num(key):
+        value = schema.get(key)
+        ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+        return value if ok else None
+
+    low, high = num("minimum"), num("maximum")
+    ex_low, ex_high = num("exclusiveMinimum"), num("exclusiveMaximum")
+    if integral:
+        low = None if low is None else math.ceil(low)
+        high = None if high is None else math.floor(high)
+        if ex_low is not None:
+            low = max(math.floor(ex_low) + 1, low if low is not None else -math.inf)
+        if ex_high is not None:
+            high = min(math.ceil(ex_high) - 1, high if high is not None else math.inf)
+        low = None if low is None or len(str(abs(int(low)))) > MAX_DIGITS else int(low)
+        high = None if high is None or len(str(abs(int(high)))) > MAX_DIGITS else int(high)
+    else:
+        low = ex_low if low is None else low
+        high = ex_high if high is None else high
+    return low, high
+
+
+def int_range(low: int | None, high: int | None) -> str:
+    """Decimal integers in [low, high] (None = unbounded), as JSON writes them (no leading zeros)."""
+    parts = []
+    if low is None or low < 0:  # negatives: -(|high| .. |low|)
+        neg_high = -1 if high is None or high >= 0 else high
+        magnitude = _nonneg(-neg_high, None if low is None else -low)
+        parts.append("\\u002D" + magnitude)
+    if high is None or high >= 0:
+        parts.append(_nonneg(max(low, 0) if low is not None else 0, high))
+    return alt(parts) or INTEGER
+
+
+def _nonneg(low: int, high: int | None) -> str:
+    if high is None:
+        digits = len(str(low))
+        return alt([_span(low, 10**digits - 1), f"[1-9][0-9]{{{digits},}}"])
+    assert low <= high, (low, high)
+    parts = []
+    while low <= high:
+        top = min(high, 10 ** len(str(low)) - 1)
+        parts.append(_span(low, top))
+        low = top + 1
+    return alt(parts)
+
+
+def _span(low: int, high: int) -> str:
+    """Integers low..high of the same number of digits."""
+    return alt(_digits(str(low), str(high)))
+
+
+def _digits(a: str, b: str) -> list[str]:
+    if a == b:
+        return [a]
+    if set(a) == {"0"} and set(b) == {"9"} and len(a) > 1:
+        return [f"[0-9]{{{len(a)}}}"]
+    if len(a) == 1:
+        return [f"[{a}-{b}]"]
+    if a[0] == b[0]:
+        return [a[0] + rest for rest in [alt(_digits(a[1:], b[1:]))]]
+    n = len(a) - 1
+    parts = [a[0] + alt(_digits(a[1:], "9" * n))]
+    if int(b[0]) - int(a[0]) > 1:
+        parts.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}][0-9]{{{n}}}")
+    parts.append(b[0] + alt(_digits("0" * n, b[1:])))
+    return parts
