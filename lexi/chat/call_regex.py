@@ -1,0 +1,102 @@
+"""Regexes of tool calls in the form a template teaches, for constrained decoding.
+
+JSON form: `<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>`, ARGS the tool's schema.
+Function form: `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n...</function>\\n</tool_call>`,
+a VALUE being raw text when the schema says the parameter is a string (any text without `</parameter>`,
+or one of its enum values) and JSON text of its schema otherwise. Parameters come in the order the
+schema lists them, required ones always, optional ones when the model chooses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from lexi.chat.regex_text import alt, literal, repeat
+from lexi.chat.schema_regex import COLON, COMMA, WS, SchemaRegex
+from lexi.chat.tool_calls import says_string
+from lexi.chat.tools import Tool
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+NEWLINE = "\\u000A?"
+
+
+def call_after_opener(tools: Sequence[Tool], form: str) -> str | None:
+    """What follows `<tool_call>` in a block calling any of `tools`, through `</tool_call>` (None: no tool fits)."""
+    body = alt((function_call(t) if form == "function" else json_call(t)) for t in tools)
+    return None if body is None else NEWLINE + body + NEWLINE + literal(CLOSE)
+
+
+def json_call(tool: Tool) -> str | None:
+    arguments = SchemaRegex(tool.parameters).regex()
+    if arguments is None:
+        return None
+    name = literal(json.dumps(tool.name))
+    return (
+        "\\u007B" + WS + literal('"name"') + COLON + name + COMMA + literal('"arguments"') + COLON + arguments
+        + WS + "\\u007D"
+    )  # fmt: skip
+
+
+def function_call(tool: Tool) -> str | None:
+    schema = tool.parameters if isinstance(tool.parameters, dict) else {}
+    translator = SchemaRegex(schema)
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = set(schema.get("required") or [])
+    params = []
+    for key, sub in properties.items():
+        value = _text_value(sub) if says_string(schema, key) else translator.value(sub, 1)
+        if value is None:
+            if key in required:
+                return None
+            continue
+        param = literal(f"<parameter={key}>\n") + value + literal("\n</parameter>\n")
+        params.append(param if key in required else f"(?:{param})?")
+    if schema.get("additionalProperties", not properties) is not False:
+        any_key = "[\\u0020-\\u003D\\u003F-\\uD7FF\\uE000-\\U0010FFFF]+"  # a name without '>' or a newline
+        params.append(repeat(literal("<parameter=") + any_key + literal(">\n") + avoid("</parameter>")
+                             + literal("\n</parameter>\n"), 0, None))  # fmt: skip
+    return literal(f"<function={tool.name}>\n") + "".join(params) + literal("</function>")
+
+
+def _text_value(schema) -> str:
+    """A string parameter written as raw text: its enum values when it lists them, a length bound when it is
+    too short to hold the closing tag, else any text without `</parameter>` (other keywords widened)."""
+    if isinstance(schema, dict):
+        choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
+        if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+            return alt(literal(c) for c in choices)
+        low, high = schema.get("minLength", 0), schema.get("maxLength")
+        if isinstance(high, int) and isinstance(low, int) and 0 <= low <= high < len("</parameter>"):
+            return repeat("[\\u0000-\\uD7FF\\uE000-\\U0010FFFF]", low, high)
+    return avoid("</parameter>")
+
+
+def avoid(word: str) -> str:
+    """Any text that does not contain `word` (whose first character occurs in it only once)."""
+    first, rest = word[0], word[1:]
+    assert first not in rest, "the construction needs a word whose first character does not recur"
+
+    def other(*chars: str) -> str:
+        cut = sorted({ord(c) for c in chars})
+        ranges, start = [], 0
+        for code in cut:
+            if code > start:
+                ranges.append((start, code - 1))
+            start = code + 1
+        ranges.append((start, 0x10FFFF))
+        pieces = []
+        for low, high in ranges:
+            for lo, hi in ((low, min(high, 0xD7FF)), (max(low, 0xE000), high)):
+                if lo <= hi:
+                    pieces.append(literal(chr(lo)) if lo == hi else f"{literal(chr(lo))}-{literal(chr(hi))}")
+        return "[" + "".join(pieces) + "]"
+
+    # After the first character (state 1), a path back to state 0 reads a prefix of `rest` and then a
+    # character that neither continues it nor restarts the word; a restart (the first character again)
+    # returns to state 1.
+    back = alt(literal(rest[:i]) + other(first, rest[i]) for i in range(len(rest)))
+    restart = alt(literal(rest[:i]) + literal(first) for i in range(len(rest)))
+    loop_at_one = f"(?:{restart})*"
+    partial = alt(literal(rest[:i]) for i in range(len(rest)))  # stop inside a proper prefix of the word
+    return f"(?:{other(first)}|{literal(first)}{loop_at_one}{back})*(?:{literal(first)}{loop_at_one}{partial})?"

@@ -1,0 +1,89 @@
+"""What a chat turn's output must look like, as a sequence of phases: plain data, compiled elsewhere.
+
+- tool_choice "required" or a named function: valid call block(s) in the template's form, from the
+  first token (or right after the thought, when the template opened one: reasoning stays free).
+- "auto": free text; once the model opens `<tool_call>`, the call is held to a declared tool and its
+  schema; after `</tool_call>` the output is free text again, in which it may open another call (if
+  parallel calls are allowed: else `<tool_call>` cannot be written again) or end.
+- "none": free text in which `<tool_call>` cannot be written.
+- response_format json_object / json_schema: the answer is that JSON (after a thought the template opened).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lexi.chat.call_regex import NEWLINE, OPEN, call_after_opener
+from lexi.chat.regex_text import literal
+from lexi.chat.response_format import ResponseFormat
+from lexi.chat.schema_regex import SchemaRegex
+from lexi.chat.tools import ToolSet
+
+
+class ConstraintError(ValueError):
+    """The requested output cannot be enforced (no value fits the schema, or it does not compile)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class FreeText:
+    """Unconstrained text, watched for `marker`."""
+
+    marker: str
+    enter: bool  # True: the marker ends this phase; False: the marker may not be written at all
+    may_end: bool = True  # the output may end during this phase
+
+
+@dataclass(frozen=True, slots=True)
+class Guided:
+    """Text matching `regex`, a phase that ends when nothing but the end of output could follow."""
+
+    regex: str
+    may_end_first: bool = False  # the output may also end instead of starting this phase
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintPlan:
+    phases: tuple[FreeText | Guided, ...]
+    loop_from: int | None = None  # after the last phase, start again here (another call); None: the end
+
+    @property
+    def regexes(self) -> list[str]:
+        return [p.regex for p in self.phases if isinstance(p, Guided)]
+
+
+def plan_output(
+    tools: ToolSet | None, form: str, response_format: ResponseFormat | None, opened: tuple[str, str] | None
+) -> ConstraintPlan | None:
+    """The plan for one turn, or None when the output is free."""
+
+    def thought(may_end: bool) -> tuple[FreeText, ...]:
+        return (FreeText(opened[1], enter=True, may_end=may_end),) if opened else ()
+
+    if response_format is not None and response_format.kind != "text":
+        schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
+        regex = SchemaRegex(schema).regex()
+        if regex is None:
+            raise ConstraintError("the schema accepts no value, so no output could satisfy it", "response_format")
+        return ConstraintPlan((*thought(False), Guided(regex)))
+    if tools is None:
+        return None
+    if tools.choice.mode == "none":
+        return ConstraintPlan((FreeText(OPEN, enter=False),))
+    body = call_after_opener(tools.callable, form)
+    if body is None:
+        raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
+    # One large regex (a call's body) serves every call of the turn; the opener is a tiny one.
+    if not tools.forced:  # auto: free text around calls; a finished call returns the output to free text
+        phases = (*thought(True), FreeText(OPEN, enter=True), Guided(body))
+        if tools.parallel:
+            return ConstraintPlan(phases, loop_from=len(phases) - 2)
+        return ConstraintPlan((*phases, FreeText(OPEN, enter=False)))  # no second call: no second opener
+    opener = NEWLINE + literal(OPEN)
+    phases = (*thought(False), Guided(opener), Guided(body))
+    if not tools.parallel:
+        return ConstraintPlan(phases)
+    return ConstraintPlan((*phases, Guided(opener, may_end_first=True)), loop_from=len(phases) - 1)

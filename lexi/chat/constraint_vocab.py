@@ -1,0 +1,72 @@
+"""The model's vocabulary as constrained decoding sees it: built once per loaded model, shared by all requests.
+
+outlines-core gets every token that is text (its raw bytes, from the GGUF vocabulary), without
+control tokens and without the end-of-generation tokens, which the constraint allows itself, and
+only when the output may end. One control token that is never sampled under a constraint is lent
+to the regex "hole" (a NUL byte, see `schema_regex`): the guide reports it allowed where a container
+nested past the depth limit may open, and the constraint then offers the container openers instead.
+The per-request constraint also watches free text for a marker (`<tool_call>`, `</think>`); `banned`
+lists the tokens that would complete a marker in a way the constraint cannot follow, computed once
+per marker state and kept for the model's lifetime.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from outlines_core import Vocabulary
+
+_SPACE = b" \t\r\n"
+
+
+class ConstraintVocabulary:
+    """Token bytes, end-of-generation ids and the outlines-core Vocabulary of one tokenizer."""
+
+    def __init__(self, tokenizer) -> None:
+        self.size = tokenizer.vocab_size
+        self.eos_id = tokenizer.eos_id
+        self.eog_ids = tuple(sorted({*tokenizer.eog_ids, tokenizer.eos_id}))
+        self.token_bytes = [tokenizer.token_bytes(i) for i in range(self.size)]
+        eog = set(self.eog_ids)
+        table: dict[bytes, list[int]] = {}
+        self._text_ids: list[int] = []
+        self.hole_id: int | None = None
+        for token_id, raw in enumerate(self.token_bytes):
+            if token_id in eog or not raw or tokenizer.is_special(token_id):
+                if self.hole_id is None and token_id not in eog and tokenizer.is_special(token_id):
+                    self.hole_id = token_id
+                continue
+            self._text_ids.append(token_id)
+            if b"\x00" not in raw:  # JSON text never holds a raw NUL: that byte is the hole's alone
+                table.setdefault(raw, []).append(token_id)
+        if self.hole_id is not None:
+            table[b"\x00"] = [self.hole_id]
+        self.outlines = Vocabulary(self.eos_id, table)
+        # tokens that open a JSON container: what a hole lets the model write
+        self.container_openers = tuple(i for i in self._text_ids if self.token_bytes[i][:1] in (b"[", b"{"))
+        self._banned: dict[tuple[bytes, int, bool], tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+
+    def banned(self, marker: bytes, held: int, enter: bool) -> tuple[int, ...]:
+        """Tokens that, after text ending in marker[:held], would complete `marker` badly.
+
+        `enter`: the marker starts constrained output, so a token may complete it only if whatever
+        it carries past the marker is whitespace (the constraint starts fresh right after it).
+        Otherwise the marker is forbidden outright, and every token completing it is banned.
+        """
+        key = (marker, held, enter)
+        with self._lock:
+            found = self._banned.get(key)
+        if found is not None:
+            return found
+        prefix = marker[:held]
+        out = []
+        for token_id in self._text_ids:
+            text = prefix + self.token_bytes[token_id]
+            at = text.find(marker)
+            if at >= 0 and (not enter or text[at + len(marker) :].strip(_SPACE)):
+                out.append(token_id)
+        found = tuple(out)
+        with self._lock:
+            self._banned[key] = found
+        return found
