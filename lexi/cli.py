@@ -47,6 +47,13 @@ def _json_object(ctx, param, value):
     show_default=True,
     help="Seconds a request waits for a free slot before 429 inference_busy.",
 )
+@click.option(
+    "--constraint-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds a request with tools or a JSON schema waits for its output constraint to compile.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 256), default=4, show_default=True, help="Slots.")
@@ -96,6 +103,7 @@ def serve_command(**opts) -> None:
             host=opts["host"],
             port=opts["port"],
             api_keys=keys,
+            constraint_timeout=opts["constraint_timeout"],
         )
         sampling = SamplingDefaults(
             temp=opts["temp"],

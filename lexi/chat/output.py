@@ -8,9 +8,12 @@ drop or reorder a delimiter split across the last two events).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from lexi.chat.reasoning import ReasoningSplitter
+from lexi.chat.response_format import ResponseFormat
+from lexi.chat.schema_refs import schema_validator, validation_error
 from lexi.chat.tool_calls import ToolCall, ToolCallReader
 from lexi.chat.tool_parser import CallBlock, ToolCallParser
 from lexi.chat.tools import ToolSet
@@ -23,15 +26,41 @@ class OutputEvent:
     call: ToolCall | None = None
 
 
-class ToolCallError(ValueError):
-    """tool_choice required a call and the model did not write a valid one (the request fails, never a fake call)."""
+class OutputError(ValueError):
+    """The answer is not what the request demanded (the request fails rather than return it as if it were)."""
+
+    param = "tool_choice"
+    code = "invalid_tool_call"
+
+
+class ToolCallError(OutputError):
+    """tool_choice required a call and the model did not write a valid one (never a fake call)."""
+
+
+class AnswerFormatError(OutputError):
+    """response_format asked for JSON (of a schema) and the finished answer is not that."""
+
+    param = "response_format"
+    code = "invalid_json_output"
 
 
 class ChatOutput:
     """One generation's output; `reasoning_tokens` counts the tokens generated inside the thought."""
 
-    def __init__(self, splitter: ReasoningSplitter | None, tools: ToolSet | None) -> None:
+    def __init__(
+        self,
+        splitter: ReasoningSplitter | None,
+        tools: ToolSet | None,
+        response_format: ResponseFormat | None = None,
+        unsplit_thought: tuple[str, str] | None = None,
+    ) -> None:
+        """`unsplit_thought`: the prompt opened this thought and the output is not split (--reasoning-format
+        none), so a JSON answer is checked after its closer."""
         self._splitter = splitter
+        self._format = response_format if response_format is not None and response_format.is_json else None
+        self._validator = schema_validator(self._format.schema) if self._format and self._format.schema else None
+        self._unsplit_thought = unsplit_thought
+        self._content: list[str] = []  # kept only to check a JSON answer
         parse = tools is not None and tools.choice.mode != "none"
         self._tools = tools
         self._reader = ToolCallReader(tools) if parse else None
@@ -67,7 +96,24 @@ class ChatOutput:
                 raise ToolCallError("tool_choice requires a tool call, and the model's answer holds none")
         if final and not self._reasoned:
             self.reasoning_tokens = 0
+        if self._format is not None:
+            self._content += [e.text for e in events if e.kind == "content"]
+            if final and finish_reason == "stop":
+                self._check_answer("".join(self._content))
         return events
+
+    def _check_answer(self, text: str) -> None:
+        if self._unsplit_thought is not None:
+            text = text.rpartition(self._unsplit_thought[1])[2]
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise AnswerFormatError(f"response_format asks for JSON, and the answer is not JSON ({exc})") from None
+        if self._format.kind == "json_object" and not isinstance(value, dict):
+            raise AnswerFormatError("response_format json_object asks for a JSON object, and the answer is not one")
+        problem = validation_error(self._validator, value) if self._validator is not None else None
+        if problem is not None:
+            raise AnswerFormatError(f"the answer does not match the response_format schema: {problem}")
 
     def _parsed(self, events: list[OutputEvent], pieces: list[str | CallBlock], finish_reason: str | None) -> None:
         for piece in pieces:
@@ -84,8 +130,9 @@ class ChatOutput:
                 self._after_call = True
                 continue
             self._after_call = False
-            if self._tools.forced:
+            if self._tools.forced and not self.calls:
                 raise ToolCallError(f"tool_choice requires a valid tool call, and {outcome}")
+            # a look-alike (or, once the required call was made, a later call cut short): the assistant's text
             _append(events, OutputEvent("content", piece.lead + piece.raw))
 
     def _read(self, block: CallBlock, finish_reason: str | None) -> ToolCall | str:

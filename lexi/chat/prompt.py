@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
+from lexi.chat.response_format import ResponseFormat
 from lexi.chat.template import ChatTemplate
 from lexi.chat.tool_prompt import with_tools
 from lexi.chat.tools import ToolSet
@@ -24,6 +26,7 @@ class Conversation:
 
     messages: list[dict[str, Any]]  # template form: content a string, tool_calls' arguments as mappings
     tools: ToolSet | None = None
+    response_format: ResponseFormat | None = None
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
@@ -39,18 +42,21 @@ class ChatPrompt:
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
     prompt: ChatPrompt
-    tools: ToolSet | None
+    conversation: Conversation
     split_reasoning: bool  # --reasoning-format auto
+    plan: ConstraintPlan | None  # what constrained decoding enforces; None: free output
 
     def output(self) -> ChatOutput:
         """A fresh pipeline for one answer to this prompt."""
         splitter = ReasoningSplitter(opened=self.prompt.opened) if self.split_reasoning else None
-        return ChatOutput(splitter, self.tools)
+        c = self.conversation
+        return ChatOutput(splitter, c.tools, c.response_format, None if splitter else self.prompt.opened)
 
 
 def build_chat_prompt(template: ChatTemplate, tokenizer, conversation: Conversation) -> ChatPrompt:
     """Render and tokenize. BOS is added only when the model wants one and the template did not write it."""
-    messages, tools = with_tools(conversation.messages, conversation.tools, template.renders_tools, template.call_form)
+    c = conversation
+    messages, tools = with_tools(c.messages, c.tools, template.renders_tools, template.call_form, c.response_format)
     text = template.render(
         messages,
         tools=tools,
@@ -64,4 +70,13 @@ def build_chat_prompt(template: ChatTemplate, tokenizer, conversation: Conversat
 
 
 def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, split_reasoning: bool) -> ChatTurn:
-    return ChatTurn(build_chat_prompt(template, tokenizer, conversation), conversation.tools, split_reasoning)
+    """Render, tokenize and plan the constraint; ConstraintError when no output could satisfy the request."""
+    c = conversation
+    if c.response_format is not None and c.response_format.is_json and c.tools and c.tools.callable:
+        raise ConstraintError(
+            'response_format asks for a JSON answer while tools may be called; send one of them, or tool_choice "none"',
+            "response_format",
+        )
+    prompt = build_chat_prompt(template, tokenizer, c)
+    plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
+    return ChatTurn(prompt, c, split_reasoning, plan)

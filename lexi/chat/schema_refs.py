@@ -30,6 +30,13 @@ def schema_validator(schema: Mapping[str, Any]) -> jsonschema.protocols.Validato
     return cls(schema)
 
 
+def check_schema(schema: Mapping[str, Any]) -> None:
+    """Valid against its metaschema, and every $ref resolves locally; SchemaRefError says what is wrong."""
+    schema_validator(schema)
+    for ref in local_refs(schema):
+        resolve_ref(schema, ref)
+
+
 def local_refs(node: Any) -> Iterator[str]:
     """Every `$ref` value anywhere in the schema."""
     if isinstance(node, dict):

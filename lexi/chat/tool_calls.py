@@ -103,7 +103,7 @@ def _strip_one_newline(raw: str) -> str:
 
 
 def _parameter_value(raw: str, tool: Tool | None, key: str) -> Any:
-    if tool is not None and _says_string(tool.parameters, key):
+    if tool is not None and says_string(tool.parameters, key):
         return raw
     try:
         return json.loads(raw)
@@ -111,7 +111,7 @@ def _parameter_value(raw: str, tool: Tool | None, key: str) -> Any:
         return raw
 
 
-def _says_string(parameters: Any, key: str) -> bool:
+def says_string(parameters: Any, key: str) -> bool:
     """Whether the schema of property `key` says it is a string (following one local $ref)."""
     properties = parameters.get("properties") if isinstance(parameters, dict) else None
     schema = properties.get(key) if isinstance(properties, dict) else None

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import Tool, ToolSet
 
 JSON_FORM = "json"
@@ -64,11 +65,29 @@ def tool_section(tools: Sequence[Tool], tool_set: ToolSet, form: str) -> str:
     )
 
 
+def format_section(response_format: ResponseFormat) -> str:
+    """What the model is told about a JSON answer: the schema as the client wrote it."""
+    if response_format.kind == "json_object":
+        return "# Answer format\n\nAnswer with one JSON object and nothing else."
+    about = f" ({response_format.description})" if response_format.description else ""
+    schema = json.dumps(response_format.schema, ensure_ascii=False)
+    return (
+        f"# Answer format\n\nAnswer with JSON only: one value named {response_format.name}{about}, "
+        f"valid against this JSON Schema:\n{schema}"
+    )
+
+
 def with_tools(
-    messages: Sequence[Mapping[str, Any]], tool_set: ToolSet | None, renders_tools: bool, form: str
+    messages: Sequence[Mapping[str, Any]],
+    tool_set: ToolSet | None,
+    renders_tools: bool,
+    form: str,
+    response_format: ResponseFormat | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(messages for the template, the `tools` variable for it or None)."""
     history = [dict(m) for m in messages] if renders_tools else history_as_text(messages, form)
+    if response_format is not None and response_format.is_json:
+        history = _add_system(history, format_section(response_format))
     if tool_set is None or tool_set.choice.mode == "none":
         return history, None  # under "none" the model is not shown tools it may not call
     if renders_tools and tool_set.choice.mode != "function":

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lexi.chat.schema_refs import SchemaRefError, local_refs, resolve_ref, schema_validator
+from lexi.chat.schema_refs import SchemaRefError, check_schema
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CHOICE_MODES = ("none", "auto", "required")
@@ -100,15 +100,19 @@ def make_tool(name: Any, description: Any, parameters: Any, strict: Any, where: 
         parameters = EMPTY_PARAMETERS
     check_parameters(parameters, params_at)
     if strict:
-        open_path = first_open_path(parameters)
-        if open_path is not None:
-            where_open, why = open_path
-            raise ToolSpecError(
-                f"tool {name!r} is strict, so its schema must be closed with every property required: "
-                f"{params_at}{where_open} {why}",
-                params_at,
-            )
+        check_closed(parameters, f"tool {name!r}", params_at)
     return Tool(name, description, parameters, bool(strict))
+
+
+def check_closed(schema: Any, label: str, where: str) -> None:
+    """A strict schema: closed objects with every property required, everywhere (else 400 naming the path)."""
+    open_path = first_open_path(schema) if isinstance(schema, dict) else None
+    if open_path is not None:
+        raise ToolSpecError(
+            f"{label} is strict, so its schema must be closed with every property required: "
+            f"{where}{open_path[0]} {open_path[1]}",
+            where,
+        )
 
 
 def check_parameters(schema: Any, where: str) -> None:
@@ -119,9 +123,7 @@ def check_parameters(schema: Any, where: str) -> None:
     if kind != "object":
         raise ToolSpecError(f'{where} must describe an object (type "object"): arguments are a JSON object', where)
     try:
-        schema_validator(schema)
-        for ref in local_refs(schema):
-            resolve_ref(schema, ref)
+        check_schema(schema)
     except SchemaRefError as exc:
         raise ToolSpecError(f"{where} is not a valid JSON Schema: {exc}", where) from None
 

@@ -57,6 +57,7 @@ class ServerConfig:
     port: int = 8080  # --port (0 picks a free port)
     api_keys: tuple[str, ...] = ()  # --api-key (repeatable) plus the lines of --api-key-file
     max_body_bytes: int = 8 * 1024 * 1024  # request bodies above this are answered 413
+    constraint_timeout: float = 10.0  # --constraint-timeout: seconds to compile a request's output constraint
 
     def __post_init__(self) -> None:
         if self.reasoning_format not in REASONING_FORMATS:
@@ -71,6 +72,8 @@ class ServerConfig:
         if any(not key for key in self.api_keys):
             raise ValueError("--api-key must not be empty")
         check_template_kwargs(self.chat_template_kwargs, "--chat-template-kwargs")
+        if not 0.1 <= self.constraint_timeout <= 3600:
+            raise ValueError(f"--constraint-timeout must be in [0.1, 3600] seconds, got {self.constraint_timeout}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         object.__setattr__(self, "aliases", tuple(self.aliases))

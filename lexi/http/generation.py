@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from lexi.chat.output import ChatOutput, OutputEvent, ToolCallError
+from lexi.chat.output import ChatOutput, OutputError, OutputEvent
 from lexi.engine.errors import ContextOverflow, EngineBusy
 from lexi.engine.request import CompletionDelta, GenerationRequest, TokenLogprob
 from lexi.engine.sampling import SamplingParams
@@ -110,9 +110,10 @@ class EngineStream:
 async def output_events(stream: EngineStream, output: ChatOutput) -> AsyncIterator[tuple[CompletionDelta, list]]:
     """Each engine event with the output events it releases; an aborted request releases nothing more.
 
-    A forced tool call the model failed to write is a 422: the request was fine, the answer is not
-    what it demanded, and the client can act on that (retry, another seed, a larger model). A 5xx
-    would say the server broke, which it did not.
+    A forced tool call the model failed to write, or a JSON answer that is not what response_format
+    asked for, is a 422: the request was fine, the answer is not what it demanded, and the client can
+    act on that (retry, another seed, a larger max_tokens or model). A 5xx would say the server
+    broke, which it did not.
     """
     async for delta in stream.events():
         if delta.finish_reason == "abort":
@@ -120,10 +121,8 @@ async def output_events(stream: EngineStream, output: ChatOutput) -> AsyncIterat
             return
         try:
             events: list[OutputEvent] = output.feed(delta.text, len(delta.token_ids), delta.finish_reason)
-        except ToolCallError as exc:
-            raise ApiError(
-                422, str(exc), type="model_output_error", param="tool_choice", code="invalid_tool_call"
-            ) from None
+        except OutputError as exc:
+            raise ApiError(422, str(exc), type="model_output_error", param=exc.param, code=exc.code) from None
         yield delta, events
 
 

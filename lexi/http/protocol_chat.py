@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lexi.chat.prompt import Conversation
+from lexi.chat.response_format import ResponseFormat, make_format
 from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
 from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.config import SamplingDefaults
@@ -43,6 +44,7 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
     conversation = Conversation(
         messages=messages,
         tools=parse_chat_tools(f),
+        response_format=parse_response_format(f),
         template_kwargs=dict(kwargs),
         reasoning_effort=f.string("reasoning_effort", choices=REASONING_EFFORTS),
     )
@@ -80,6 +82,31 @@ def parse_chat_tools(f: Fields) -> ToolSet | None:
         raise bad_request(str(exc), param=exc.param) from None
     parallel = f.boolean("parallel_tool_calls", default=True)
     return ToolSet(tuple(tools), choice, parallel) if tools else None
+
+
+def parse_response_format(f: Fields) -> ResponseFormat | None:
+    """response_format: {"type": "text" | "json_object"} or {"type": "json_schema", "json_schema": {...}}."""
+    raw = f.obj("response_format")
+    if raw is None:
+        return None
+    unknown = set(raw) - {"type", "json_schema"}
+    nested = raw.get("json_schema")
+    try:
+        if unknown:
+            raise ToolSpecError(f"response_format has unknown fields: {', '.join(sorted(unknown))}", "response_format")
+        if nested is not None and not isinstance(nested, dict):
+            raise ToolSpecError("response_format.json_schema must be an object", "response_format.json_schema")
+        if isinstance(nested, dict):
+            extra = set(nested) - {"name", "description", "schema", "strict"}
+            if extra:
+                where = "response_format.json_schema"
+                raise ToolSpecError(f"{where} has unknown fields: {', '.join(sorted(extra))}", where)
+        return make_format(
+            raw.get("type"), nested, "response_format.json_schema" if nested else "response_format",
+            "response_format.json_schema.schema",
+        )  # fmt: skip
+    except ToolSpecError as exc:
+        raise bad_request(str(exc), param=exc.param) from None
 
 
 def _message(raw: Any, index: int) -> dict[str, Any]:

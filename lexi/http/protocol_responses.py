@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lexi.chat.prompt import Conversation
+from lexi.chat.response_format import ResponseFormat, make_format
 from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
 from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.config import SamplingDefaults
@@ -73,7 +74,11 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
     metadata = f.obj("metadata") or {}
     tools = _tools(f)
     conversation = Conversation(
-        messages=messages, tools=tools, template_kwargs=dict(kwargs), reasoning_effort=_reasoning_effort(f)
+        messages=messages,
+        tools=tools,
+        response_format=_text_format(f),
+        template_kwargs=dict(kwargs),
+        reasoning_effort=_reasoning_effort(f),
     )
     echo = tools.choice.wire_form(nested=False) if tools else f.data.get("tool_choice", "auto")
     return ResponsesRequest(
@@ -136,11 +141,24 @@ def _refuse_unsupported(f: Fields) -> None:
     text = f.obj("text")
     if text is not None:
         t = Fields(text, "text.")
-        fmt = t.obj("format")
-        if fmt is not None and fmt.get("type") != "text":
-            t.fail("format", f'must be {{"type": "text"}} (structured output is not supported), got {fmt!r}')
         if t.string("verbosity", choices=("low", "medium", "high")) not in (None, "medium"):
             t.fail("verbosity", 'is not supported other than "medium"')
+
+
+def _text_format(f: Fields) -> ResponseFormat | None:
+    """text.format: {"type": "text" | "json_object"} or {"type": "json_schema", "name", "schema", "strict", ...}."""
+    text = f.obj("text")
+    fmt = Fields(text, "text.").obj("format") if text is not None else None
+    if fmt is None:
+        return None
+    try:
+        unknown = set(fmt) - {"type", "name", "description", "schema", "strict"}
+        if unknown:
+            raise ToolSpecError(f"text.format has unknown fields: {', '.join(sorted(unknown))}", "text.format")
+        kind = fmt.get("type")
+        return make_format(kind, fmt if kind == "json_schema" else None, "text.format", "text.format.schema")
+    except ToolSpecError as exc:
+        raise bad_request(str(exc), param=exc.param) from None
 
 
 def _stream(f: Fields) -> bool:

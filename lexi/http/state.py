@@ -30,6 +30,7 @@ class Runtime:
 
     tokenizer: Any  # lexi.gguf.tokenizer.Tokenizer
     engine: Any  # lexi.engine.engine.Engine
+    constraints: Any  # lexi.chat.constraint_compiler.ConstraintCompiler: this vocabulary's compiled constraints
 
 
 @dataclass(slots=True)
@@ -104,16 +105,25 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
 
     def work() -> None:
         try:
+            from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
+            from lexi.chat.constraint_plan import plan_output
+            from lexi.chat.constraint_vocab import ConstraintVocabulary
+            from lexi.chat.response_format import ResponseFormat
             from lexi.engine.engine import Engine
             from lexi.gguf.tokenizer import Tokenizer
             from lexi.model.loader import load_model
 
             started = time.monotonic()
             tokenizer = Tokenizer.from_gguf(gguf_file)
+            constraints = ConstraintCompiler(
+                ConstraintVocabulary(tokenizer), CompilerConfig(timeout=state.config.constraint_timeout)
+            )
+            # the one schema every client may send: compiled while the weights load (seconds on a 262k vocabulary)
+            constraints.prewarm(plan_output(None, "json", ResponseFormat("json_object"), None))
             model = load_model(gguf_file, load_config)
             engine = Engine(model, tokenizer, state.engine_config)
             engine.start()
-            state.runtime = Runtime(tokenizer, engine)
+            state.runtime = Runtime(tokenizer, engine, constraints)
             log.info("model %s ready in %.1f s", state.names.public_id, time.monotonic() - started)
             on_done(None)
         except Exception as exc:  # the server cannot become ready: say why and let the caller stop

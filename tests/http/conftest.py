@@ -1,12 +1,18 @@
 """Real servers, each started once per session: the main one (aliases, an API key, the GGUF's ChatML
-template, one slot and no queue), one with a thinking template and sampling defaults (no alias), and a
-one-slot server with --queue-wait and --reasoning-format none. All are launched together on first
-use so their model loads overlap."""
+template, one slot and no queue), one with a thinking template and sampling defaults (no alias), a
+one-slot server with --queue-wait and --reasoning-format none, a tool-calling one (a Hermes-style
+template that renders tools, float32 so that a request gives the same tokens whatever shares its
+steps, four slots), and Gemma 3 with a turn template. Each is launched on first use of the set it
+belongs to, and a set's model loads overlap."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from server_process import API_KEY, Server
+
+TEMPLATES = Path(__file__).with_name("templates")
 
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -47,6 +53,34 @@ def servers(thinking_template_file):
     yield launched
     for server in launched.values():
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tool_servers():
+    """The tool-calling servers, launched together (only when a tools test runs)."""
+    launched = {
+        "tools": Server(
+            "--chat-template-file", str(TEMPLATES / "hermes_tools.jinja"), "--dtype", "float32", "--parallel", "4"
+        ),
+        "gemma": Server(
+            "-m", "gemma3-270m", "--chat-template-file", str(TEMPLATES / "gemma_turns.jinja"), "--parallel", "2"
+        ),
+    }  # fmt: skip
+    for server in launched.values():
+        server.launch()
+    yield launched
+    for server in launched.values():
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def tools_server(tool_servers):
+    return tool_servers["tools"].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def gemma_server(tool_servers):
+    return tool_servers["gemma"].wait_ready()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,11 @@ from typing import Any
 import tornado.web
 from tornado.iostream import StreamClosedError
 
+from lexi.chat.constraint import TurnConstraint
+from lexi.chat.constraint_plan import ConstraintError
+from lexi.chat.prompt import ChatTurn
 from lexi.http.auth import bearer_token, key_matches
-from lexi.http.errors import ApiError, status_error
+from lexi.http.errors import ApiError, bad_request, status_error
 from lexi.http.generation import EngineStream
 from lexi.http.protocol import parse_json_body
 from lexi.http.state import ServerState
@@ -106,6 +109,17 @@ class GenerationHandler(BaseHandler):
             self.stream.aborted = True
         await self.stream.start()
         return self.stream
+
+    async def compile_constraint(self, turn: ChatTurn) -> TurnConstraint | None:
+        """The turn's output constraint, compiled off the event loop (a 400 saying why when it cannot be)."""
+        if turn.plan is None:
+            return None
+        try:
+            return await self.state.runtime.constraints.constraint(turn.plan)
+        except ConstraintError as exc:
+            c = turn.conversation
+            param = exc.param or ("response_format" if c.response_format and c.response_format.is_json else "tools")
+            raise bad_request(str(exc), param=param, code="invalid_constraint") from None
 
     def _first_token(self) -> None:
         self.state.metrics.ttft.observe(time.monotonic() - self.received)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.prompt import ChatTurn, Conversation, start_turn
 from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
 from lexi.engine.request import GenerationRequest
@@ -18,6 +19,8 @@ def chat_turn(state, conversation: Conversation) -> ChatTurn:
     try:
         split = state.config.reasoning_format == "auto"
         return start_turn(state.template, state.runtime.tokenizer, conversation, split)
+    except ConstraintError as exc:
+        raise bad_request(str(exc), param=exc.param, code="invalid_constraint") from None
     except ThinkingUnsupported as exc:
         raise ApiError(501, str(exc), param="reasoning_effort", code="thinking_not_supported") from None
     except TemplateRenderError as exc:
@@ -35,7 +38,8 @@ class ChatCompletionsHandler(GenerationHandler):
         model = state.names.resolve(req.model)
         turn = chat_turn(state, req.conversation)
         params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-        stream = await self.start_generation(GenerationRequest(turn.prompt.ids, params))
+        constraint = await self.compile_constraint(turn)
+        stream = await self.start_generation(GenerationRequest(turn.prompt.ids, params, constraint=constraint))
         if req.stream:
             await self.stream_failures(self._stream(req, model, stream, turn))
         else:

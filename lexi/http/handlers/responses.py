@@ -22,13 +22,20 @@ from lexi.http.protocol_responses import parse_responses_request
 log = logging.getLogger(__name__)
 
 # the chat helpers name chat fields; on this route the same faults are about these
-_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens", "reasoning_effort": "reasoning.effort"}
+_PARAMS = {
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "reasoning_effort": "reasoning.effort",
+    "response_format": "text.format",
+}
 
 
 def _renamed(exc: ApiError) -> ApiError:
     if exc.param in _PARAMS:
         exc.param = _PARAMS[exc.param]
-        exc.message = exc.message.replace("reasoning_effort", "reasoning.effort")
+        exc.message = exc.message.replace("reasoning_effort", "reasoning.effort").replace(
+            "response_format", "text.format"
+        )
     return exc
 
 
@@ -42,14 +49,18 @@ class ResponsesHandler(GenerationHandler):
         try:
             turn = chat_turn(state, req.conversation)
             params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-            stream = await self.start_generation(GenerationRequest(turn.prompt.ids, params))
+            constraint = await self.compile_constraint(turn)
+            stream = await self.start_generation(GenerationRequest(turn.prompt.ids, params, constraint=constraint))
         except ApiError as exc:
             raise _renamed(exc) from None
         builder = ResponseBuilder(req, model, params)
-        if req.stream:
-            await self._stream(builder, stream, turn.output())
-        else:
-            await self._whole(builder, stream, turn.output())
+        try:
+            if req.stream:
+                await self._stream(builder, stream, turn.output())
+            else:
+                await self._whole(builder, stream, turn.output())
+        except ApiError as exc:
+            raise _renamed(exc) from None
 
     async def _whole(self, builder: ResponseBuilder, stream, output: ChatOutput) -> None:
         """The same builder as the stream, its events dropped: the body is the stream's final response."""

@@ -173,7 +173,7 @@ class ResponseBuilder:
             "reasoning": {"effort": req.conversation.reasoning_effort, "summary": None},
             "store": False,
             "temperature": self.params.temperature,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": _format_entry(req.conversation.response_format)},
             "tool_choice": req.tool_choice,
             "tools": [_tool_entry(t) for t in tools.tools] if tools else [],
             "top_p": self.params.top_p,
@@ -182,6 +182,15 @@ class ResponseBuilder:
             "metadata": req.metadata,
             "background": False,
         }
+
+
+def _format_entry(fmt) -> dict[str, Any]:
+    if fmt is None or fmt.kind != "json_schema":
+        return {"type": fmt.kind if fmt is not None else "text"}
+    return {
+        "type": "json_schema", "name": fmt.name, "description": fmt.description,
+        "schema": fmt.schema, "strict": fmt.strict,
+    }  # fmt: skip
 
 
 def _tool_entry(tool) -> dict[str, Any]:

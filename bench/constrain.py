@@ -1,0 +1,313 @@
+"""Constrained decoding: mask cost per token, compile time, decode speed constrained vs free, and the
+pace of other streams while a cold compile runs. Both bundled vocabularies (49,152 and 262,144 tokens).
+
+- mask: `fill_mask` (outlines-core writes the bits, end-of-output and hole bits fixed up) plus
+  `TokenBitmask.apply` on one row of logits, per token, over walks that sample uniformly among the
+  allowed tokens (every state a model could reach is visited, long strings included); p50/p99 in us.
+- compile: cold (a fresh compiler) and cached, for each schema.
+- decode: the engine in this process, tok/s of greedy decoding free (ignore_eos) and under a JSON
+  schema whose answer runs long, at 1 and 8 concurrent sequences; the ratio is the target's measure.
+- pace: median time between tokens of one free stream, alone and while a cold compile of the
+  largest schema runs on the compiler's worker thread.
+
+    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--no-append]
+
+Prints a table and appends it to bench/RESULTS.md with the date, commit and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import random
+import statistics
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # LexiEngine's own setting (no peer runs in this process)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from lexi.chat.constraint_compiler import ConstraintCompiler  # noqa: E402
+from lexi.chat.constraint_plan import plan_output  # noqa: E402
+from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
+from lexi.chat.response_format import ResponseFormat  # noqa: E402
+from lexi.chat.tools import Tool, ToolChoice, ToolSet  # noqa: E402
+from lexi.engine.bitmask import TokenBitmask  # noqa: E402
+from lexi.engine.config import EngineConfig  # noqa: E402
+from lexi.engine.engine import Engine  # noqa: E402
+from lexi.engine.request import GenerationRequest  # noqa: E402
+from lexi.engine.sampling import SamplingParams  # noqa: E402
+from lexi.gguf.bundled import resolve_model  # noqa: E402
+from lexi.gguf.reader import read_gguf  # noqa: E402
+from lexi.gguf.tokenizer import Tokenizer  # noqa: E402
+from lexi.model.loader import load_model  # noqa: E402
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "languages": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 4},
+    },
+    "required": ["name", "age"],
+}
+LARGE = {  # an order form: nested objects, arrays of objects, enums, bounds, a $ref, anyOf
+    "$defs": {
+        "address": {
+            "type": "object",
+            "properties": {
+                "street": {"type": "string", "maxLength": 60},
+                "city": {"type": "string", "maxLength": 40},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                "country": {"enum": ["FR", "DE", "ES", "IT", "PT", "NL", "BE"]},
+            },
+            "required": ["street", "city", "country"],
+        }
+    },
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "integer", "minimum": 1, "maximum": 99999999},
+        "customer": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "maxLength": 50},
+                "email": {"type": "string", "format": "email"},
+                "billing": {"$ref": "#/$defs/address"},
+                "shipping": {"anyOf": [{"$ref": "#/$defs/address"}, {"type": "null"}]},
+            },
+            "required": ["name", "billing"],
+        },
+        "lines": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"},
+                    "quantity": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "price": {"type": "number", "minimum": 0},
+                    "gift": {"type": "boolean"},
+                },
+                "required": ["sku", "quantity", "price"],
+            },
+            "minItems": 1,
+            "maxItems": 20,
+        },
+        "notes": {"type": ["string", "null"], "maxLength": 200},
+        "status": {"enum": ["new", "paid", "shipped", "delivered", "cancelled"]},
+    },
+    "required": ["order_id", "customer", "lines", "status"],
+}
+LONG = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+    "required": ["items"],
+}
+
+
+def plans() -> dict[str, object]:
+    def fmt(schema):
+        return plan_output(None, "json", ResponseFormat("json_schema", schema, "x"), None)
+
+    tools = ToolSet((Tool("get_weather", None, WEATHER, False),), ToolChoice("required"), parallel=False)
+    return {
+        "tool call (weather, required)": plan_output(tools, "json", None, None),
+        "json_schema person": fmt(PERSON),
+        "json_object": plan_output(None, "json", ResponseFormat("json_object"), None),
+        "json_schema large order form": fmt(LARGE),
+    }
+
+
+def mask_costs(
+    compiler: ConstraintCompiler, plan, vocab_size: int, walks: int = 6, steps: int = 200
+) -> tuple[list[float], list[float]]:
+    """Seconds per token of the engine's mask step (key, compiled mask or fill + compile, apply to a logits
+    row) and of the constraint's advance, over uniform random walks under the mask; one mask cache across
+    the walks, as in a server."""
+    masks = TokenBitmask(vocab_size, torch.device("cpu"))
+    logits = torch.zeros(vocab_size)
+    costs, advances = [], []
+    for seed in range(walks):
+        constraint = asyncio.run(compiler.constraint(plan))
+        rnd = random.Random(seed)
+        for _ in range(steps):
+            if constraint.is_finished():
+                break
+            start = time.perf_counter()
+            key = constraint.mask_key()
+            if key is not None:
+                masks.apply(logits, masks.compiled(key, constraint.fill_mask))
+            costs.append(time.perf_counter() - start)
+            allowed = np.flatnonzero(torch.isfinite(logits).numpy())
+            logits.zero_()
+            token = int(rnd.choice(allowed))
+            if token in compiler.vocab.eog_ids:
+                break
+            start = time.perf_counter()
+            constraint.advance(token)
+            advances.append(time.perf_counter() - start)
+    return costs, advances
+
+
+def us(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1e6
+
+
+async def _decode(engine: Engine, requests: list[GenerationRequest]) -> tuple[int, float]:
+    async def one(request):
+        n = 0
+        async for delta in engine.generate(request):
+            n += len(delta.token_ids)
+        return n
+
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(one(r) for r in requests))
+    return sum(counts), time.perf_counter() - start
+
+
+def decode_rate(engine, compiler, tok, streams: int, constrained: bool, max_tokens: int = 96) -> float:
+    prompt = tok.encode("Here is a long list of fruits, as JSON: ")
+    requests = []
+    for i in range(streams):
+        params = SamplingParams(temperature=1.0, seed=i, max_tokens=max_tokens, ignore_eos=not constrained)
+        constraint = asyncio.run(compiler.constraint(plans_long(compiler))) if constrained else None
+        requests.append(GenerationRequest(list(prompt), params, constraint=constraint))
+    tokens, seconds = asyncio.run(_decode(engine, requests))
+    return tokens / seconds
+
+
+def plans_long(compiler):
+    return plan_output(None, "json", ResponseFormat("json_schema", LONG, "list"), None)
+
+
+def pace_during_compile(engine, compiler, tok, regex: str) -> tuple[float, float, float]:
+    """(median seconds between tokens alone, during a cold compile, the compile's seconds)."""
+
+    async def gaps(max_tokens: int, during=None) -> list[float]:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        stamps = []
+        started = False
+        async for _ in engine.generate(GenerationRequest(tok.encode("Once upon a time"), params)):
+            stamps.append(time.perf_counter())
+            if during is not None and not started and len(stamps) == 3:
+                started = True
+                during.start()
+            if during is not None and started and not during.is_alive():
+                break
+        return list(np.diff(stamps[3:]))
+
+    alone = asyncio.run(gaps(40))
+    box = {}
+
+    def work():
+        start = time.perf_counter()
+        compiler.index_now(regex)
+        box["seconds"] = time.perf_counter() - start
+
+    thread = threading.Thread(target=work)
+    during = asyncio.run(gaps(2000, thread))
+    thread.join()
+    return statistics.median(alone), statistics.median(during), box["seconds"]
+
+
+def measure(name: str) -> list[str]:
+    f = read_gguf(resolve_model(name))
+    tok = Tokenizer.from_gguf(f)
+    vocab = ConstraintVocabulary(tok)
+    rows = []
+    for label, plan in plans().items():
+        cold = ConstraintCompiler(vocab)
+        start = time.perf_counter()
+        asyncio.run(cold.constraint(plan))
+        cold_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(100):
+            asyncio.run(cold.constraint(plan))
+        cached_s = (time.perf_counter() - start) / 100
+        costs, advances = mask_costs(cold, plan, tok.vocab_size)
+        timing = (
+            f"{cold_s * 1e3:.0f} | {cached_s * 1e6:.0f} | {us(costs, 50):.0f} | {us(costs, 99):.0f} | "
+            f"{us(advances, 50):.0f} | {us(advances, 99):.0f}"
+        )
+        rows.append(f"| {name} | {label} | {timing} |")
+        cold.shutdown()
+        print(rows[-1], flush=True)
+    model = load_model(f)
+    engine = Engine(model, tok, EngineConfig(parallel=8, ctx_size=512, batch_size=256))
+    engine.start()
+    compiler = ConstraintCompiler(vocab)
+    decode = []
+    try:
+        decode_rate(engine, compiler, tok, 1, True, 8)  # warm-up (and the cached index)
+        for streams in (1, 8):
+            free = decode_rate(engine, compiler, tok, streams, False)
+            constrained = decode_rate(engine, compiler, tok, streams, True)
+            decode.append(f"| {name} | {streams} | {free:.1f} | {constrained:.1f} | {constrained / free:.2f} |")
+            print(decode[-1], flush=True)
+        big = plans()["json_schema large order form"].regexes[-1]
+        alone, during, compile_s = pace_during_compile(engine, ConstraintCompiler(vocab), tok, big)
+        pace = f"| {name} | {alone * 1e3:.1f} | {during * 1e3:.1f} | {compile_s:.2f} |"
+        print(pace, flush=True)
+    finally:
+        engine.shutdown()
+        compiler.shutdown()
+    return rows, decode, pace
+
+
+def commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "lexi"], capture_output=True, text=True).stdout
+        return out.stdout.strip() + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gemma3-270m"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
+    masks = [
+        "| model | schema | compile cold ms | cached us | mask p50 us | mask p99 us | advance p50 us | p99 us |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    decode = ["| model | streams | free tok/s | constrained tok/s | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
+    pace = ["| model | ms/token alone | ms/token during a cold compile | compile s |", "| --- | ---: | ---: | ---: |"]
+    for name in args.models:
+        rows, dec, p = measure(name)
+        masks += rows
+        decode += dec
+        pace.append(p)
+    import platform
+
+    header = (
+        f"### bench/constrain.py, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, torch {torch.__version__}; {args.threads} threads; load {load_before:.1f} "
+        f"before, {os.getloadavg()[0]:.1f} after.\n"
+    )
+    text = "\n\n".join([header, "\n".join(masks), "\n".join(decode), "\n".join(pace)]) + "\n"
+    print("\n" + text)
+    if not args.no_append:
+        with RESULTS.open("a") as f:
+            f.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
