@@ -76,14 +76,18 @@ def plan_output(
     body = call_after_opener(tools.callable, form)
     if body is None:
         raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
-    # One large regex (a call's body) serves every call of the turn; the opener is a tiny one.
+    # One large regex (a call's body) serves every call of the turn; the opener is a tiny one. Without a
+    # call limit a finished call loops back; with one, the phases are written out that many times.
+    limit = tools.call_limit
     if not tools.forced:  # auto: free text around calls; a finished call returns the output to free text
-        phases = (*thought(True), FreeText(OPEN, enter=True), Guided(body))
-        if tools.parallel:
+        call = (FreeText(OPEN, enter=True), Guided(body))
+        if limit is None:
+            phases = (*thought(True), *call)
             return ConstraintPlan(phases, loop_from=len(phases) - 2)
-        return ConstraintPlan((*phases, FreeText(OPEN, enter=False)))  # no second call: no second opener
-    opener = NEWLINE + literal(OPEN)
-    phases = (*thought(False), Guided(opener), Guided(body))
-    if not tools.parallel:
-        return ConstraintPlan(phases)
-    return ConstraintPlan((*phases, Guided(opener, may_end_first=True)), loop_from=len(phases) - 1)
+        return ConstraintPlan((*thought(True), *call * limit, FreeText(OPEN, enter=False)))
+    first = (Guided(NEWLINE + literal(OPEN)), Guided(body))
+    more = (Guided(NEWLINE + literal(OPEN), may_end_first=True), Guided(body))
+    if limit is None:
+        phases = (*thought(False), *first, *more)
+        return ConstraintPlan(phases, loop_from=len(phases) - 2)
+    return ConstraintPlan((*thought(False), *first, *more * (limit - 1)))

@@ -67,6 +67,7 @@ class ChatOutput:
         self._parser = ToolCallParser() if parse else None
         self.calls: list[ToolCall] = []
         self.reasoning_tokens = 0
+        self.fed_reasoning = False  # the last feed's tokens were thought (their logprobs are not content's)
         self._reasoned = False  # any reasoning text came out
         self._after_call = False  # whitespace right after a call is framing, not content
 
@@ -78,7 +79,8 @@ class ChatOutput:
         else:
             thinking = self._splitter.thinking
             found = self._splitter.feed(text) + (self._splitter.finish() if final else [])
-            if thinking or self._splitter.thinking:
+            self.fed_reasoning = thinking or self._splitter.thinking
+            if self.fed_reasoning:
                 self.reasoning_tokens += num_tokens
             pieces = [(e.kind, e.text) for e in found]
         events: list[OutputEvent] = []
@@ -138,8 +140,9 @@ class ChatOutput:
     def _read(self, block: CallBlock, finish_reason: str | None) -> ToolCall | str:
         if not block.closed and finish_reason != "stop":
             return "the output ended inside a tool call (max_tokens reached)"
-        if self.calls and not self._tools.parallel:
-            return "parallel_tool_calls is false and the model wrote a second call"
+        limit = self._tools.call_limit
+        if limit is not None and len(self.calls) >= limit:
+            return f"the model wrote more calls than the {limit} allowed (parallel_tool_calls / max_tool_calls)"
         return self._reader.read(block.body)
 
 

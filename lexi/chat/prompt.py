@@ -15,8 +15,8 @@ from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_outp
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.template import ChatTemplate
-from lexi.chat.tool_prompt import with_tools
+from lexi.chat.template import ChatTemplate, TemplateRenderError
+from lexi.chat.tool_prompt import text_of, with_tools
 from lexi.chat.tools import ToolSet
 
 
@@ -30,6 +30,7 @@ class Conversation:
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False  # the prompt ends inside the last (assistant) message: the answer continues it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,8 @@ class ChatTurn:
 def build_chat_prompt(template: ChatTemplate, tokenizer, conversation: Conversation) -> ChatPrompt:
     """Render and tokenize. BOS is added only when the model wants one and the template did not write it."""
     c = conversation
-    messages, tools = with_tools(c.messages, c.tools, template.renders_tools, template.call_form, c.response_format)
+    parts = [m if template.takes_parts else {**m, "content": text_of(m.get("content"))} for m in c.messages]
+    messages, tools = with_tools(parts, c.tools, template.renders_tools, template.call_form, c.response_format)
     text = template.render(
         messages,
         tools=tools,
@@ -64,9 +66,22 @@ def build_chat_prompt(template: ChatTemplate, tokenizer, conversation: Conversat
         reasoning_effort=conversation.reasoning_effort,
         add_generation_prompt=conversation.add_generation_prompt,
     )
+    if c.continue_final_message:
+        text = _cut_after_final(text, text_of(c.messages[-1].get("content")))
     add_bos = bool(tokenizer.add_bos) and not (template.bos_token and text.startswith(template.bos_token))
     ids = tokenizer.encode(text, add_bos=add_bos, special=True)
     return ChatPrompt(text, ids, opened_in_prompt(text))
+
+
+def _cut_after_final(text: str, final: str) -> str:
+    """The prompt up to the end of the final message's text, so that the model continues that message."""
+    at = text.rfind(final) if final else -1
+    if at < 0:
+        raise TemplateRenderError(
+            "continue_final_message: the chat template does not write the final message's text as given, "
+            "so there is no place to continue it from"
+        )
+    return text[: at + len(final)]
 
 
 def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, split_reasoning: bool) -> ChatTurn:

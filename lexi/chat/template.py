@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -123,6 +124,11 @@ class ChatTemplate:
         object.__setattr__(self, "default_kwargs", dict(self.default_kwargs))
         object.__setattr__(self, "_compiled", env.from_string(tree))
         object.__setattr__(self, "renders_tools", "tools" in jinja2.meta.find_undeclared_variables(tree))
+
+    @property
+    def takes_parts(self) -> bool:
+        """The template tells a string content from a list of parts (`... is string`): it gets the parts as sent."""
+        return re.search(r"\bis\s+(not\s+)?string\b", self.source) is not None
 
     @property
     def call_form(self) -> str:

@@ -85,7 +85,7 @@ def with_tools(
     response_format: ResponseFormat | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(messages for the template, the `tools` variable for it or None)."""
-    history = [dict(m) for m in messages] if renders_tools else history_as_text(messages, form)
+    history = [dict(m) for m in messages] if renders_tools else history_astext_of(messages, form)
     if response_format is not None and response_format.is_json:
         history = _add_system(history, format_section(response_format))
     if tool_set is None or tool_set.choice.mode == "none":
@@ -95,13 +95,13 @@ def with_tools(
     return _add_system(history, tool_section(tool_set.callable, tool_set, form)), None
 
 
-def history_as_text(messages: Sequence[Mapping[str, Any]], form: str) -> list[dict[str, Any]]:
+def history_astext_of(messages: Sequence[Mapping[str, Any]], form: str) -> list[dict[str, Any]]:
     """Earlier calls and results written into plain turns, for a template that renders no tools."""
     out: list[dict[str, Any]] = []
     results_open = False  # the last turn written holds tool results: the next result joins it
     for message in messages:
         if message["role"] == "tool":
-            block = f"<tool_response>\n{message.get('content') or ''}\n</tool_response>"
+            block = f"<tool_response>\n{text_of(message.get('content'))}\n</tool_response>"
             if results_open:
                 out[-1]["content"] += "\n" + block
             else:
@@ -115,7 +115,7 @@ def history_as_text(messages: Sequence[Mapping[str, Any]], form: str) -> list[di
             for c in message.get("tool_calls") or []
         ]
         if calls:
-            turn["content"] = "\n".join(filter(None, [turn.get("content") or "", *calls]))
+            turn["content"] = "\n".join(filter(None, [text_of(turn.get("content")), *calls]))
         out.append(turn)
     return out
 
@@ -123,6 +123,17 @@ def history_as_text(messages: Sequence[Mapping[str, Any]], form: str) -> list[di
 def _add_system(messages: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
     if messages and messages[0]["role"] == "system":
         first = dict(messages[0])
-        first["content"] = f"{first.get('content') or ''}\n\n{section}".lstrip("\n")
+        content = first.get("content")
+        if isinstance(content, list):  # a template that reads parts gets one more part
+            first["content"] = [*content, {"type": "text", "text": section}]
+        else:
+            first["content"] = f"{content or ''}\n\n{section}".lstrip("\n")
         return [first, *messages[1:]]
     return [{"role": "system", "content": section}, *messages]
+
+
+def text_of(content) -> str:
+    """A message's content as one string: text parts joined with a newline (as vLLM does), so they stay apart."""
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content)
+    return content or ""

@@ -67,6 +67,12 @@ class ToolSet:
     tools: tuple[Tool, ...]
     choice: ToolChoice
     parallel: bool = True
+    max_calls: int | None = None  # Responses' max_tool_calls
+
+    @property
+    def call_limit(self) -> int | None:
+        """Calls one answer may hold: 1 without parallel calls, else max_calls (None: no limit)."""
+        return 1 if not self.parallel else self.max_calls
 
     def get(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

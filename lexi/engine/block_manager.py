@@ -81,6 +81,8 @@ class BlockManager:
         At least one prompt token is always left to compute, since its logits pick the first output token.
         """
         assert not seq.block_table, "prefix matching is for a sequence without blocks"
+        if seq.wants_prompt_logits:  # every prompt position's logits are wanted: nothing comes from the cache
+            return
         parent: int | None = None
         full = (seq.num_prompt - 1) // self.block_size
         for i in range(full):

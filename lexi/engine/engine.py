@@ -8,12 +8,13 @@ scheduler, the runner and every sequence's state; nothing else touches them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import queue
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lexi.engine.config import EngineConfig
 from lexi.engine.errors import ContextOverflow, EngineBusy
@@ -42,6 +43,7 @@ class _Stream:
     sampler: SamplerState | None = None
     output: OutputProcessor | None = None
     first_token: float | None = None
+    prompt_logprobs: list = field(default_factory=list)  # gathered chunk by chunk, sent with the first token
 
     def push(self, item: CompletionDelta | BaseException) -> None:
         try:
@@ -93,8 +95,29 @@ class Engine:
         Raises ContextOverflow (before taking a slot), EngineBusy (no slot within queue_wait) or
         ValueError for a logit_bias naming a token outside the vocabulary.
         """
+        (stream,) = self.generate_many([request])
+        async for delta in stream:
+            yield delta
+
+    def generate_many(self, requests: list[GenerationRequest]) -> list[AsyncIterator[CompletionDelta]]:
+        """One stream per request, the requests taking their slots together (the n choices of one call).
+
+        A prompt several of them share is computed once, by the first that has it; the others reuse
+        its KV blocks. Raises as `generate` does, for any of them, before anything is queued;
+        ValueError too when they need more slots than the engine has. Call from the event loop.
+        """
         if self._thread is None:
             raise RuntimeError("engine not started")
+        if len(requests) > self.config.parallel:
+            raise ValueError(f"{len(requests)} sequences need more slots than the {self.config.parallel} there are")
+        for request in requests:
+            self._check(request)
+        loop, now = asyncio.get_running_loop(), time.monotonic()
+        streams = [_Stream(r, loop, asyncio.Queue(), now) for r in requests]
+        self._commands.put(("add", streams))
+        return [self._events(stream) for stream in streams]
+
+    def _check(self, request: GenerationRequest) -> None:
         self.scheduler.check_fits(len(request.prompt_ids), request.params.max_tokens)
         vocab = self._vocab_size
         bad = [t for t in request.params.logit_bias if t >= vocab]
@@ -103,8 +126,8 @@ class Engine:
         if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= vocab:
             # Caught here, an out-of-range id fails its own request instead of the whole batch's forward.
             raise ValueError(f"prompt_ids must be token ids in [0, {vocab})")
-        stream = _Stream(request, asyncio.get_running_loop(), asyncio.Queue(), time.monotonic())
-        self._commands.put(("add", stream))
+
+    async def _events(self, stream: _Stream) -> AsyncIterator[CompletionDelta]:
         finished = False
         try:
             while True:
@@ -119,7 +142,7 @@ class Engine:
                     return
         finally:
             if not finished:
-                self.abort(request.request_id)
+                self.abort(stream.request.request_id)
 
     # ---- the step loop's side ----
 
@@ -152,20 +175,28 @@ class Engine:
             except queue.Empty:
                 return True
 
-    def _admit(self, stream: _Stream) -> None:
-        req = stream.request
-        params = req.params
-        seq = Sequence(req.request_id, req.prompt_ids, params.max_tokens, payload=stream)
+    def _admit(self, streams: list[_Stream]) -> None:
+        seqs: list[Sequence] = []
+        leaders: dict[tuple[int, ...], Sequence] = {}
         try:
-            banned = tuple(sorted(self._eog)) if params.ignore_eos else ()
-            stream.sampler = SamplerState(params, req.constraint, banned)
-            eog = frozenset() if params.ignore_eos else self._eog
-            stream.output = OutputProcessor(self.tokenizer.detokenizer(), params.stop, eog, params.max_tokens)
-            self.scheduler.add(seq, stream.submitted)
-        except Exception as exc:  # this request alone is refused; the loop goes on
-            stream.push(exc)
+            for stream in streams:
+                req, params = stream.request, stream.request.params
+                seq = Sequence(req.request_id, req.prompt_ids, params.max_tokens, payload=stream)
+                seq.prompt_logprobs_top = req.prompt_logprobs
+                seq.leader = leaders.setdefault(tuple(req.prompt_ids), seq)
+                if seq.leader is seq:
+                    seq.leader = None
+                seqs.append(seq)
+                banned = tuple(sorted(self._eog)) if params.ignore_eos else ()
+                stream.sampler = SamplerState(params, req.constraint, banned)
+                eog = frozenset() if params.ignore_eos else self._eog
+                stream.output = OutputProcessor(self.tokenizer.detokenizer(), params.stop, eog, params.max_tokens)
+            self.scheduler.add_group(seqs, streams[0].submitted)
+        except Exception as exc:  # these requests alone are refused; the loop goes on
+            for stream in streams:
+                stream.push(exc)
             return
-        self.stats.requests_total += 1
+        self.stats.requests_total += len(streams)
         self._update_gauges()
 
     def step(self) -> None:
@@ -180,6 +211,7 @@ class Engine:
             self._emit(seq, CompletionDelta("", (), finish_reason="abort"))
         for seq in out.admitted:
             self.stats.prompt_tokens_total += seq.num_prompt
+        for seq in (*out.admitted, *out.matched):
             self.stats.cached_tokens_total += seq.num_cached
         if out.scheduled:
             self._run_batch(out.scheduled)
@@ -188,13 +220,15 @@ class Engine:
 
     def _run_batch(self, scheduled: list[ScheduledSeq]) -> None:
         try:
-            results = self.runner.execute(scheduled, [s.seq.payload.sampler for s in scheduled])
+            results, prompt_logprobs = self.runner.execute(scheduled, [s.seq.payload.sampler for s in scheduled])
         except Exception as exc:  # nothing is known about which row broke it: fail this batch only
             log.exception("step failed")
             for item in scheduled:
                 self._fail(item.seq, exc)
             return
         self.stats.prefill_tokens_total += sum(s.num_new for s in scheduled if s.seq.prefilling)
+        for i, logprobs in prompt_logprobs.items():
+            scheduled[i].seq.payload.prompt_logprobs.extend(logprobs)
         ok = [r.token_id if isinstance(r, SampleResult) else None for r in results]
         self.scheduler.advance(scheduled, ok)
         now = time.monotonic()
@@ -208,8 +242,11 @@ class Engine:
 
     def _deliver(self, seq: Sequence, result: SampleResult, now: float) -> None:
         stream: _Stream = seq.payload
+        prompt_logprobs = ()
         if stream.first_token is None:
             stream.first_token = now
+            if seq.wants_prompt_logits:
+                prompt_logprobs = (None, *stream.prompt_logprobs)
             self.stats.ttft_count += 1
             self.stats.ttft_last_s = now - stream.submitted
             self.stats.ttft_sum_s += self.stats.ttft_last_s
@@ -228,7 +265,7 @@ class Engine:
         if reason is not None:  # slot and blocks are back before the caller sees the last event
             self.stats.requests_finished += 1
             self._release(seq)
-        self._emit(seq, CompletionDelta(text, (result.token_id,), logprobs, reason))
+        self._emit(seq, CompletionDelta(text, (result.token_id,), logprobs, reason, prompt_logprobs=prompt_logprobs))
 
     def _release(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
@@ -242,8 +279,8 @@ class Engine:
     def _emit(self, seq: Sequence, delta: CompletionDelta) -> None:
         """Stamp the running usage counts on the event and send it."""
         stream: _Stream = seq.payload
-        usage = {"prompt_tokens": seq.num_prompt, "completion_tokens": seq.num_output, "cached_tokens": seq.num_cached}
-        stream.push(CompletionDelta(delta.text, delta.token_ids, delta.logprobs, delta.finish_reason, **usage))
+        counts = {"prompt_tokens": seq.num_prompt, "completion_tokens": seq.num_output, "cached_tokens": seq.num_cached}
+        stream.push(dataclasses.replace(delta, **counts))
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         self.stats.requests_failed += 1
@@ -259,4 +296,5 @@ class Engine:
             except queue.Empty:
                 return
             if command is not _STOP and command[0] == "add":
-                command[1].push(exc)
+                for stream in command[1]:
+                    stream.push(exc)

@@ -42,6 +42,7 @@ class GenerationRequest:
     params: SamplingParams
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     constraint: TokenConstraint | None = None
+    prompt_logprobs: int | None = None  # the prompt tokens' logprobs too, with this many alternatives (0-20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +65,4 @@ class CompletionDelta:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    prompt_logprobs: tuple[TokenLogprob | None, ...] = ()  # on the first event, when asked: None for the first token

@@ -7,6 +7,7 @@ from collections.abc import Sequence as Seq
 import torch
 
 from lexi.engine.config import EngineConfig
+from lexi.engine.request import TokenLogprob
 from lexi.engine.sampler import Sampler, SampleResult, SamplerState
 from lexi.engine.scheduler import ScheduledSeq
 from lexi.kernels.paged_attention import AttentionMetadata
@@ -22,8 +23,12 @@ class ModelRunner:
         self.kv_cache = model.new_kv_cache(config.num_blocks, config.block_size)
         self.sampler: Sampler | None = None
 
-    def build(self, scheduled: Seq[ScheduledSeq]) -> tuple[torch.Tensor, AttentionMetadata]:
-        """Flat token ids and metadata; logits are asked only for rows that sample."""
+    def build(self, scheduled: Seq[ScheduledSeq]) -> tuple[torch.Tensor, AttentionMetadata, list[tuple[int, int]]]:
+        """Flat token ids, metadata, and where each sequence's logits are: (first logits row, rows).
+
+        Logits are asked only for rows that sample, and for every prompt row of a sequence that wants
+        its prompt's logprobs.
+        """
         tokens: list[int] = []
         for item in scheduled:
             start = item.seq.num_computed
@@ -37,24 +42,62 @@ class ModelRunner:
             logits_of_last_only=False,
         )
         ends = meta.query_start_host[1:]
-        rows = [end - 1 for end, item in zip(ends, scheduled, strict=True) if item.sample]
+        rows: list[int] = []
+        layout: list[tuple[int, int]] = []
+        for end, item in zip(ends, scheduled, strict=True):
+            first = len(rows)
+            if item.seq.wants_prompt_logits and item.seq.prefilling:
+                rows.extend(range(end - item.num_new, end))
+            elif item.sample:
+                rows.append(end - 1)
+            layout.append((first, len(rows) - first))
         meta.logit_rows = torch.tensor(rows, dtype=torch.int64, device=self.device)
-        return torch.tensor(tokens, dtype=torch.int64, device=self.device), meta
+        return torch.tensor(tokens, dtype=torch.int64, device=self.device), meta, layout
 
     @torch.inference_mode()
-    def execute(self, scheduled: Seq[ScheduledSeq], states: Seq[SamplerState]) -> list[SampleResult | Exception | None]:
-        """One forward; a result per scheduled sequence (None where it only prefilled a chunk)."""
-        tokens, meta = self.build(scheduled)
+    def execute(
+        self, scheduled: Seq[ScheduledSeq], states: Seq[SamplerState]
+    ) -> tuple[list[SampleResult | Exception | None], dict[int, list[TokenLogprob]]]:
+        """One forward: a result per scheduled sequence (None where it only prefilled a chunk), and the logprobs
+        of the prompt tokens this step computed, by scheduled index, for sequences that want them."""
+        tokens, meta, layout = self.build(scheduled)
         logits = self.model.forward(tokens, meta, self.kv_cache)
+        prompt_logprobs = {
+            i: self._prompt_logprobs(item, logits[first : first + count])
+            for i, (item, (first, count)) in enumerate(zip(scheduled, layout, strict=True))
+            if item.seq.wants_prompt_logits and item.seq.prefilling
+        }
         sampling = [i for i, item in enumerate(scheduled) if item.sample]
         results: list[SampleResult | Exception | None] = [None] * len(scheduled)
         if not sampling:
-            return results
+            return results, prompt_logprobs
         if self.sampler is None:
             self.sampler = Sampler(logits.shape[-1])
+        if len(layout) and any(count != 1 for first, count in layout if count):
+            last_rows = [layout[i][0] + layout[i][1] - 1 for i in sampling]
+            logits = logits[torch.tensor(last_rows, dtype=torch.int64, device=logits.device)]
         picked = self.sampler.sample(
             logits, [states[i] for i in sampling], [scheduled[i].seq.token_ids for i in sampling]
         )
         for i, result in zip(sampling, picked, strict=True):
             results[i] = result
-        return results
+        return results, prompt_logprobs
+
+    @staticmethod
+    def _prompt_logprobs(item: ScheduledSeq, logits: torch.Tensor) -> list[TokenLogprob]:
+        """Row j predicts the token after position num_computed + j: its logprob, and the top alternatives."""
+        seq, start = item.seq, item.seq.num_computed
+        targets = seq.token_ids[start + 1 : min(start + item.num_new + 1, seq.num_prompt)]
+        if not targets:
+            return []
+        lp = torch.log_softmax(logits[: len(targets)].float(), dim=-1)
+        chosen = lp.gather(1, torch.tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+        top_n = seq.prompt_logprobs_top
+        tops = lp.topk(top_n, dim=-1) if top_n else None
+        out = []
+        for j, token in enumerate(targets):
+            top = ()
+            if tops is not None:
+                top = tuple(zip(tops.indices[j].tolist(), tops.values[j].tolist(), strict=True))
+            out.append(TokenLogprob(token, chosen[j], top))
+        return out

@@ -3,6 +3,11 @@
 Every step feeds one token to each decoding sequence first, then spends what is left of the
 ``batch_size`` token budget on prompt chunks, oldest request first: a long prompt never stalls the
 sequences already streaming. Requests join and leave between steps (continuous batching).
+
+A group (the sequences of one request: its n choices, its prompts) takes its slots together or not
+at all, and a prompt its sequences share is computed once: a sequence with a leader waits until the
+leader has prefilled, then matches its blocks in the prefix cache and computes only what is left
+(the last, partial block).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class ScheduledSeq:
 class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)  # took a slot this step
+    matched: list[Sequence] = field(default_factory=list)  # followers that matched the prefix cache this step
     rejected: list[Sequence] = field(default_factory=list)  # waited past queue_wait: EngineBusy
     aborted: list[Sequence] = field(default_factory=list)  # removed, blocks freed
 
@@ -56,10 +62,23 @@ class Scheduler:
 
     def add(self, seq: Sequence, now: float) -> None:
         """Queue a sequence; ContextOverflow if it could never fit a slot."""
-        self.check_fits(seq.num_prompt, seq.max_tokens)
-        seq.arrival, seq.deadline = now, now + self.config.queue_wait
-        seq.status = SeqStatus.WAITING
-        self.waiting.append(seq)
+        self.add_group([seq], now)
+
+    def add_group(self, seqs: list[Sequence], now: float) -> None:
+        """Queue sequences that take their slots together (one request's choices; the first prefills for all).
+
+        ContextOverflow if one could never fit a slot, ValueError if the group needs more slots than exist.
+        """
+        if len(seqs) > self.config.parallel:
+            raise ValueError(f"{len(seqs)} sequences need more slots than the {self.config.parallel} there are")
+        for seq in seqs:
+            self.check_fits(seq.num_prompt, seq.max_tokens)
+        group = list(seqs) if len(seqs) > 1 else None
+        for seq in seqs:
+            seq.arrival, seq.deadline = now, now + self.config.queue_wait
+            seq.status = SeqStatus.WAITING
+            seq.group = group
+            self.waiting.append(seq)
 
     def abort(self, request_id: str) -> None:
         """Honoured at the next schedule()."""
@@ -73,14 +92,19 @@ class Scheduler:
         out = SchedulerOutput()
         if self._abort_ids:
             self._remove_aborted(out)
-        while self.waiting and len(self.running) < self.config.parallel:
-            seq = self.waiting.popleft()
-            self.blocks.match_prefix(seq)
-            seq.status = SeqStatus.RUNNING
-            self.running.append(seq)
-            out.admitted.append(seq)
+        while self.waiting and len(self.running) + self._group_size(self.waiting[0]) <= self.config.parallel:
+            for _ in range(self._group_size(self.waiting[0])):
+                seq = self.waiting.popleft()
+                if seq.leader is None:
+                    self.blocks.match_prefix(seq)
+                else:
+                    seq.awaiting_leader = True
+                seq.status = SeqStatus.RUNNING
+                self.running.append(seq)
+                out.admitted.append(seq)
         while self.waiting and self.waiting[0].deadline <= now:
-            out.rejected.append(self._drop(self.waiting.popleft()))
+            for _ in range(self._group_size(self.waiting[0])):
+                out.rejected.append(self._drop(self.waiting.popleft()))
         # FIFO: a later request never overtakes an earlier one, so expiry only ever pops the front;
         # the deadlines are non-decreasing because queue_wait is fixed.
         self._build_batch(out)
@@ -97,11 +121,27 @@ class Scheduler:
         for seq in self.running:
             if budget == 0:
                 break
+            if seq.awaiting_leader and not self._leader_done(seq, out):
+                continue
             if seq.prefilling:
                 n = min(seq.num_prompt - seq.num_computed, budget)
                 self.blocks.ensure_capacity(seq, seq.num_computed + n)
                 out.scheduled.append(ScheduledSeq(seq, n, seq.num_computed + n == seq.num_prompt))
                 budget -= n
+
+    @staticmethod
+    def _group_size(seq: Sequence) -> int:
+        return len(seq.group) if seq.group else 1
+
+    def _leader_done(self, seq: Sequence, out: SchedulerOutput) -> bool:
+        """Whether a follower may start: its leader has prefilled (or left). It matches the prefix cache then."""
+        leader = seq.leader
+        if leader is not None and leader.status is SeqStatus.RUNNING and leader.prefilling:
+            return False
+        seq.awaiting_leader = False
+        self.blocks.match_prefix(seq)
+        out.matched.append(seq)
+        return True
 
     def advance(self, scheduled: list[ScheduledSeq], sampled: list[int | None]) -> None:
         """Record a finished step: fed tokens are now cached; sampled tokens join their sequences."""
@@ -117,6 +157,8 @@ class Scheduler:
             self.running.remove(seq)
         elif seq.status is SeqStatus.WAITING:
             self.waiting.remove(seq)
+        if seq.group is not None and seq in seq.group and seq.status is SeqStatus.WAITING:
+            seq.group.remove(seq)  # still queued: the rest of the group waits for fewer slots
         self._drop(seq)
 
     def _drop(self, seq: Sequence) -> Sequence:

@@ -33,6 +33,15 @@ class Sequence:
     arrival: float = 0.0  # clock time it was queued
     deadline: float = 0.0  # latest clock time it may still take a slot
     payload: Any = None  # the engine's per-request state (stream, sampler state, detokenizer)
+    group: list[Sequence] | None = None  # the sequences admitted together with this one (one request's), in order
+    leader: Sequence | None = None  # computes the prompt this one shares; this one then reuses its KV blocks
+    awaiting_leader: bool = False  # matches the prefix cache once the leader has prefilled (or left)
+    prompt_logprobs_top: int | None = None  # the prompt's logprobs are wanted, with this many alternatives
+
+    @property
+    def wants_prompt_logits(self) -> bool:
+        """Every prompt row's logits are computed (none come from the prefix cache)."""
+        return self.prompt_logprobs_top is not None
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.token_ids)

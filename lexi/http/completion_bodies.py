@@ -1,6 +1,8 @@
-"""Chat completion and text completion bodies and stream chunks, built from engine and output events.
+"""Chat completion and text completion bodies and stream chunks, for any number of choices.
 
-(The Responses API's objects are built in `handlers/responses_events.py`.)
+(The Responses API's objects are built in `handlers/responses_events.py`.) Every body and chunk
+carries `system_fingerprint`, a stable digest of the server build and the model file, so a client
+can tell when the backend that answered it changed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from lexi.chat.tool_calls import ToolCall
 from lexi.engine.request import CompletionDelta
-from lexi.http.generation import chat_logprobs, completion_logprobs, finish_reason, usage
+from lexi.http.generation import finish_reason, usage
 
 
 def tool_call_entry(call: ToolCall, index: int | None = None) -> dict[str, Any]:
@@ -26,84 +28,67 @@ def chat_finish_reason(last: CompletionDelta, calls: list[ToolCall]) -> str:
     return "tool_calls" if calls and reason == "stop" else reason
 
 
-def chat_usage(last: CompletionDelta, reasoning_tokens: int) -> dict[str, Any]:
-    return {**usage(last), "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
+def chat_usage(lasts: list[CompletionDelta], reasoning_tokens: int) -> dict[str, Any]:
+    return {**usage([lasts]), "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
 
 
-class ChatChunks:
-    """The chunks of one streamed chat completion; every chunk shares id, created and model."""
+class Envelope:
+    """id, object, created, model and system_fingerprint, shared by a reply's body or all its chunks."""
 
-    def __init__(self, model: str) -> None:
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = model
+    def __init__(self, prefix: str, kind: str, model: str, fingerprint: str) -> None:
+        self.head = {
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint,
+        }
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        return {**self._head(), "choices": [choice]}
+    def body(self, **fields: Any) -> dict[str, Any]:
+        return {**self.head, **fields}
 
-    def usage_chunk(self, last: CompletionDelta, reasoning_tokens: int) -> dict[str, Any]:
-        return {**self._head(), "choices": [], "usage": chat_usage(last, reasoning_tokens)}
 
-    def _head(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+class ChatChunks(Envelope):
+    def __init__(self, model: str, fingerprint: str) -> None:
+        super().__init__("chatcmpl", "chat.completion.chunk", model, fingerprint)
+
+    def chunk(self, index: int, delta: dict[str, Any], finish: str | None = None, logprobs=None) -> dict[str, Any]:
+        return self.body(choices=[{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
+
+    def usage_chunk(self, lasts: list[CompletionDelta], reasoning_tokens: int) -> dict[str, Any]:
+        return self.body(choices=[], usage=chat_usage(lasts, reasoning_tokens))
 
 
 def chat_body(
-    model: str, merged: CompletionDelta, reasoning: str, content: str, calls: list[ToolCall], reasoning_tokens: int,
-    tokenizer, logprobs: bool,
-) -> dict[str, Any]:  # fmt: skip
+    model: str, fingerprint: str, choices: list[dict[str, Any]], lasts: list[CompletionDelta], reasoning_tokens: int
+) -> dict[str, Any]:
+    return Envelope("chatcmpl", "chat.completion", model, fingerprint).body(
+        choices=choices, usage=chat_usage(lasts, reasoning_tokens)
+    )
+
+
+def chat_choice(
+    index: int, reasoning: str, content: str, calls: list[ToolCall], last: CompletionDelta, logprobs: dict | None
+) -> dict[str, Any]:
     """content is null when the answer is calls alone, as OpenAI returns it."""
     message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [tool_call_entry(call) for call in calls]
-    choice = {
-        "index": 0,
-        "message": message,
-        "logprobs": chat_logprobs(tokenizer, merged.logprobs) if logprobs else None,
-        "finish_reason": chat_finish_reason(merged, calls),
-    }
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": chat_usage(merged, reasoning_tokens),
-    }
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": chat_finish_reason(last, calls)}
 
 
-class CompletionChunks:
-    def __init__(self, model: str) -> None:
-        self.id = f"cmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = model
+class CompletionChunks(Envelope):
+    def __init__(self, model: str, fingerprint: str) -> None:
+        super().__init__("cmpl", "text_completion", model, fingerprint)
 
-    def chunk(self, text: str, finish: str | None = None, logprobs: dict | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
-        return {**self._head(), "choices": [choice]}
+    def chunk(self, index: int, text: str, finish: str | None = None, logprobs=None) -> dict[str, Any]:
+        return self.body(choices=[{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}])
 
-    def usage_chunk(self, last: CompletionDelta) -> dict[str, Any]:
-        return {**self._head(), "choices": [], "usage": usage(last)}
-
-    def _head(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
+    def usage_chunk(self, groups: list[list[CompletionDelta]]) -> dict[str, Any]:
+        return self.body(choices=[], usage=usage(groups))
 
 
-def completion_body(model: str, merged: CompletionDelta, prefix: str, tokenizer, logprobs: bool) -> dict[str, Any]:
-    choice = {
-        "index": 0,
-        "text": prefix + merged.text,
-        "logprobs": completion_logprobs(tokenizer, merged.logprobs, len(prefix)) if logprobs else None,
-        "finish_reason": finish_reason(merged),
-    }
-    return {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": usage(merged),
-    }
+def completion_body(model: str, fingerprint: str, choices: list[dict[str, Any]], groups: list[list[CompletionDelta]]):
+    return Envelope("cmpl", "text_completion", model, fingerprint).body(choices=choices, usage=usage(groups))

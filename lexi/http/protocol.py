@@ -2,7 +2,10 @@
 
 Request values override server defaults whenever they are present, explicit zeros included; a
 field that is absent (or JSON null) falls back to the `--temp`/`--top-p`/... default, then to the
-engine's own. Unknown fields are ignored, as OpenAI clients send extras (`user`, `metadata`...).
+engine's own. A field the route does not know is a 400 naming it (as OpenAI answers), never
+ignored: each route lists what it reads, and the fields it accepts without effect say why.
+Bodies are bounded before any of that: nesting deeper than MAX_NESTING is refused, since the
+validators that walk a body (JSON Schema checks, translation) recurse once per level.
 """
 
 from __future__ import annotations
@@ -17,16 +20,49 @@ from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
 
 MAX_STOP_STRINGS = 16
+MAX_NESTING = 64  # arrays and objects inside one another
+
+# Fields every generation route takes with no effect on the output, and why that is honest:
+# identifiers of the end user or of a cache key that the server's automatic prefix cache makes moot.
+NO_EFFECT = ("user", "safety_identifier", "prompt_cache_key")
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body or b"")
+    except RecursionError:
+        raise bad_request(
+            f"request body is nested too deeply (at most {MAX_NESTING} levels)", code="invalid_json"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object", code="invalid_json")
+    if nesting(data) > MAX_NESTING:
+        raise bad_request(f"request body is nested too deeply (at most {MAX_NESTING} levels)", code="invalid_json")
     return data
+
+
+def nesting(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (iterative: a hostile body cannot exhaust the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:
+                stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def refuse_unknown(data: dict[str, Any], known: tuple[str, ...] | frozenset[str], prefix: str = "") -> None:
+    """A field the route does not read is a 400 naming it (OpenAI: "Unrecognized request argument")."""
+    for key in data:
+        if key not in known:
+            name = f"{prefix}{key}"
+            raise bad_request(
+                f"unknown parameter {name!r}: this route does not take it", param=name, code="unknown_parameter"
+            )
 
 
 class Fields:
@@ -49,10 +85,10 @@ class Fields:
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            self.fail(key, f"must be a number, got {json.dumps(value)}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+            self.fail(key, f"must be a number, got {_short(value)}")
         if not low <= value <= high:
-            self.fail(key, f"must be in [{low:g}, {high:g}], got {value}")
+            self.fail(key, f"must be in [{low:g}, {high:g}], got {_short(value)}")
         return float(value)
 
     def integer(self, key: str, low: int, high: int, default: int | None = None) -> int | None:
@@ -62,9 +98,9 @@ class Fields:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"must be an integer, got {json.dumps(value)}")
+            self.fail(key, f"must be an integer, got {_short(value)}")
         if not low <= value <= high:
-            self.fail(key, f"must be in [{low}, {high}], got {value}")
+            self.fail(key, f"must be in [{low}, {high}], got {_short(value)}")
         return value
 
     def boolean(self, key: str, default: bool = False) -> bool:
@@ -72,7 +108,7 @@ class Fields:
         if value is None:
             return default
         if not isinstance(value, bool):
-            self.fail(key, f"must be a boolean, got {json.dumps(value)}")
+            self.fail(key, f"must be a boolean, got {_short(value)}")
         return value
 
     def string(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str | None:
@@ -80,9 +116,9 @@ class Fields:
         if value is None:
             return default
         if not isinstance(value, str):
-            self.fail(key, f"must be a string, got {json.dumps(value)}")
+            self.fail(key, f"must be a string, got {_short(value)}")
         if choices is not None and value not in choices:
-            self.fail(key, f"must be one of {', '.join(choices)}, got {json.dumps(value)}")
+            self.fail(key, f"must be one of {', '.join(choices)}, got {_short(value)}")
         return value
 
     def obj(self, key: str) -> dict[str, Any] | None:
@@ -119,11 +155,22 @@ class SamplingRequest:
     logit_bias: dict[int, float]
     logprobs: int | None  # top-n alternatives per token; None = no logprobs
     ignore_eos: bool
+    n: int = 1  # choices, generated together
+
+
+MAX_CHOICES = 128
+
+# The fields parse_sampling reads, by route kind: each route adds its own.
+SAMPLING_FIELDS = (
+    "n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
+    "repeat_penalty", "logit_bias", "ignore_eos", "max_tokens",
+)  # fmt: skip
+CHAT_SAMPLING_FIELDS = (*SAMPLING_FIELDS, "max_completion_tokens", "logprobs", "top_logprobs")
+COMPLETION_SAMPLING_FIELDS = (*SAMPLING_FIELDS, "logprobs")
 
 
 def parse_sampling(f: Fields, defaults: SamplingDefaults, *, chat: bool) -> SamplingRequest:
-    if f.present("n") and f.integer("n", 1, 1 << 20) != 1:
-        f.fail("n", "must be 1: one choice per request is supported")
+    n = f.integer("n", 1, MAX_CHOICES, default=1)
     if chat:
         max_tokens = f.integer("max_completion_tokens", 1, 1 << 20)
         if max_tokens is None:
@@ -152,6 +199,7 @@ def parse_sampling(f: Fields, defaults: SamplingDefaults, *, chat: bool) -> Samp
         logit_bias=_logit_bias(f),
         logprobs=logprobs,
         ignore_eos=f.boolean("ignore_eos"),
+        n=n,
     )
 
 
@@ -173,12 +221,34 @@ def _logit_bias(f: Fields) -> dict[int, float]:
         return {}
     bias: dict[int, float] = {}
     for key, value in raw.items():
-        if not key.isdigit():
-            f.fail("logit_bias", f"keys must be token ids (decimal strings), got {json.dumps(key)}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
-            f.fail("logit_bias", f"values must be numbers in [-100, 100], got {json.dumps(value)} for {key}")
+        if not (key.isascii() and key.isdigit()) or len(key) > 12:  # "²" is a digit to str.isdigit, not to int()
+            f.fail("logit_bias", f"keys must be token ids (decimal strings), got {_short(key)}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not _finite(value)
+            or not -100 <= value <= 100
+        ):
+            f.fail("logit_bias", f"values must be numbers in [-100, 100], got {_short(value)} for {key}")
         bias[int(key)] = float(value)
     return bias
+
+
+def _finite(value: int | float) -> bool:
+    """False for NaN, infinities and integers too large for a float (math.isfinite raises on those)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _short(value: Any) -> str:
+    """A value quoted in an error message, cut short (a 400-digit number or a megabyte string stays readable)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        text = repr(type(value))
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def stream_options(f: Fields) -> tuple[bool, bool]:
@@ -189,4 +259,8 @@ def stream_options(f: Fields) -> tuple[bool, bool]:
         return stream, False
     if not stream:
         f.fail("stream_options", "is only allowed with stream: true")
-    return stream, Fields(options, f.name("stream_options.")).boolean("include_usage")
+    refuse_unknown(options, ("include_usage", "include_obfuscation"), f.name("stream_options."))
+    o = Fields(options, f.name("stream_options."))
+    if o.boolean("include_obfuscation"):
+        o.fail("include_obfuscation", "true is not supported: chunks carry no obfuscation padding")
+    return stream, o.boolean("include_usage")

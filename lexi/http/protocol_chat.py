@@ -12,9 +12,25 @@ from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
 from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
-from lexi.http.protocol import Fields, SamplingRequest, parse_sampling, stream_options
+from lexi.http.protocol import (
+    CHAT_SAMPLING_FIELDS,
+    NO_EFFECT,
+    Fields,
+    SamplingRequest,
+    parse_sampling,
+    refuse_unknown,
+    stream_options,
+)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+CHAT_FIELDS = (
+    "model", "messages", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "chat_template_kwargs", "reasoning_effort", "add_generation_prompt",
+    "continue_final_message", "store", "service_tier", "modalities", *CHAT_SAMPLING_FIELDS, *NO_EFFECT,
+)  # fmt: skip
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
+# What OpenAI returns on an assistant message and clients send back as they got it: accepted when empty.
+ECHOED_EMPTY = ("refusal", "annotations", "audio", "function_call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +43,9 @@ class ChatRequest:
 
 
 def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> ChatRequest:
+    refuse_unknown(body, CHAT_FIELDS)
     f = Fields(body)
+    _refuse_without_effect(f)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         f.fail("model", "must be a string")
@@ -41,12 +59,20 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
     except ValueError as exc:
         raise bad_request(str(exc), param="chat_template_kwargs") from None
     stream, include_usage = stream_options(f)
+    add_generation_prompt = f.boolean("add_generation_prompt", default=True)
+    continue_final = f.boolean("continue_final_message")
+    if continue_final and f.present("add_generation_prompt") and add_generation_prompt:
+        f.fail("continue_final_message", "and add_generation_prompt cannot both be true")
+    if continue_final and messages[-1]["role"] != "assistant":
+        f.fail("continue_final_message", "needs the last message to be the assistant's, to continue it")
     conversation = Conversation(
         messages=messages,
         tools=parse_chat_tools(f),
         response_format=parse_response_format(f),
         template_kwargs=dict(kwargs),
         reasoning_effort=f.string("reasoning_effort", choices=REASONING_EFFORTS),
+        add_generation_prompt=add_generation_prompt and not continue_final,
+        continue_final_message=continue_final,
     )
     return ChatRequest(
         model=model,
@@ -55,6 +81,17 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
         stream=stream,
         include_usage=include_usage,
     )
+
+
+def _refuse_without_effect(f: Fields) -> None:
+    """Fields OpenAI takes that this server cannot honour: refused unless they ask for what it does anyway."""
+    if f.boolean("store"):
+        f.fail("store", "true is not supported: this server stores nothing; send store: false or omit it")
+    if f.string("service_tier") not in (None, "auto", "default"):
+        f.fail("service_tier", 'may only be "auto" or "default": this server has one tier')
+    modalities = f.array("modalities")
+    if modalities is not None and modalities != ["text"]:
+        f.fail("modalities", 'may only be ["text"]: this server writes text')
 
 
 def parse_chat_tools(f: Fields) -> ToolSet | None:
@@ -114,6 +151,10 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object", param=where)
     f = Fields(raw, where + ".")
+    refuse_unknown(raw, (*MESSAGE_FIELDS, *ECHOED_EMPTY), where + ".")
+    for key in ECHOED_EMPTY:
+        if raw.get(key) not in (None, []):
+            f.fail(key, "is accepted only empty (as a client echoes it back); this server does not take it")
     role = f.string("role")
     if role is None or role not in ROLES:
         f.fail("role", f"must be one of {', '.join(ROLES)}")
@@ -139,7 +180,8 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     return message
 
 
-def _content(f: Fields, allow_missing: bool) -> str:
+def _content(f: Fields, allow_missing: bool) -> str | list[dict[str, str]]:
+    """A string, or text parts as given: the chat layer joins them, or hands them to a template that reads parts."""
     value = f.data.get("content")
     if value is None:
         if allow_missing:
@@ -149,14 +191,15 @@ def _content(f: Fields, allow_missing: bool) -> str:
         return value
     if not isinstance(value, list):
         f.fail("content", "must be a string or an array of text parts")
-    texts = []
+    parts = []
     for i, part in enumerate(value):
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
             f.fail(
                 f"content[{i}]", 'must be a text part {"type": "text", "text": "..."} (other kinds are not supported)'
             )
-        texts.append(part["text"])
-    return "".join(texts)
+        refuse_unknown(part, ("type", "text"), f"{f.prefix}content[{i}].")
+        parts.append({"type": "text", "text": part["text"]})
+    return parts
 
 
 def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""POST /v1/completions bodies: a prompt string (or a one-element list of one) or token ids."""
+"""POST /v1/completions bodies: one prompt or a batch of them (strings or token-id lists), n choices each."""
 
 from __future__ import annotations
 
@@ -7,13 +7,25 @@ from typing import Any
 
 from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
-from lexi.http.protocol import Fields, SamplingRequest, parse_sampling, stream_options
+from lexi.http.protocol import (
+    COMPLETION_SAMPLING_FIELDS,
+    NO_EFFECT,
+    Fields,
+    SamplingRequest,
+    parse_sampling,
+    refuse_unknown,
+    stream_options,
+)
+
+COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options",
+                     *COMPLETION_SAMPLING_FIELDS, *NO_EFFECT)  # fmt: skip
+MAX_PROMPTS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class CompletionRequest:
     model: str | None
-    prompt: str | list[int]
+    prompts: list[str | list[int]]  # each a string or token ids; choices come n per prompt, in order
     sampling: SamplingRequest
     stream: bool
     include_usage: bool
@@ -21,32 +33,48 @@ class CompletionRequest:
 
 
 def parse_completion_request(body: dict[str, Any], defaults: SamplingDefaults) -> CompletionRequest:
+    refuse_unknown(body, COMPLETION_FIELDS)
     f = Fields(body)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         f.fail("model", "must be a string")
     if f.present("suffix"):
-        f.fail("suffix", "is not supported")
-    if f.present("best_of") and f.integer("best_of", 1, 1 << 20) != 1:
-        f.fail("best_of", "must be 1")
+        f.fail("suffix", "is not supported (no fill-in-the-middle)")
+    sampling = parse_sampling(f, defaults, chat=False)
+    if f.present("best_of") and f.integer("best_of", 1, 1 << 20) != sampling.n:
+        f.fail("best_of", "must equal n: every generated choice is returned (none is ranked away)")
     stream, include_usage = stream_options(f)
     return CompletionRequest(
         model=model,
-        prompt=_prompt(body.get("prompt")),
-        sampling=parse_sampling(f, defaults, chat=False),
+        prompts=_prompts(body.get("prompt")),
+        sampling=sampling,
         stream=stream,
         include_usage=include_usage,
         echo=f.boolean("echo"),
     )
 
 
-def _prompt(value: Any) -> str | list[int]:
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
-        value = value[0]  # OpenAI's batch form with a single prompt
+def _prompts(value: Any) -> list[str | list[int]]:
+    """A string, token ids, or a batch: a list of strings or of token-id lists."""
     if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        if any(t < 0 for t in value):
-            raise bad_request("prompt token ids must be >= 0", param="prompt")
-        return list(value)
-    raise bad_request("prompt must be a string, one string in an array, or an array of token ids", param="prompt")
+        return [value]
+    if _token_ids(value):
+        return [list(value)]
+    if isinstance(value, list) and value and len(value) <= MAX_PROMPTS:
+        if all(isinstance(p, str) for p in value):
+            return list(value)
+        if all(_token_ids(p) for p in value):
+            return [list(p) for p in value]
+    raise bad_request(
+        f"prompt must be a string, an array of token ids, or a batch of 1-{MAX_PROMPTS} of either "
+        "(token ids are integers >= 0)",
+        param="prompt",
+    )
+
+
+def _token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 40 for t in value)
+    )

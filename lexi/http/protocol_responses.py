@@ -21,16 +21,28 @@ from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
 from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
-from lexi.http.protocol import Fields, SamplingRequest, parse_sampling
+from lexi.http.protocol import NO_EFFECT, Fields, SamplingRequest, parse_sampling, refuse_unknown
 from lexi.http.protocol_chat import tool_call_entry
 
 ROLES = ("user", "system", "developer", "assistant")
-TEXT_PARTS = ("input_text", "output_text", "text")
 # request fields read by the shared sampling parser under the same names (llama.cpp-style extras included)
 SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "ignore_eos",
 )  # fmt: skip
+RESPONSES_FIELDS = (
+    "model", "input", "instructions", "max_output_tokens", "stream", "stream_options", "metadata", "store",
+    "background", "tools", "tool_choice", "parallel_tool_calls", "max_tool_calls", "text", "reasoning", "include",
+    "top_logprobs", "truncation", "chat_template_kwargs", "service_tier", "previous_response_id", "conversation",
+    "prompt", *SAMPLING_FIELDS, *NO_EFFECT,
+)  # fmt: skip
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ITEM_FIELDS = {  # what each input item may carry (ids and statuses come back with items a client echoes)
+    "message": ("type", "role", "content", "id", "status"),
+    "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
+    "function_call_output": ("type", "call_id", "output", "id", "status"),
+    "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
+}
 UNSUPPORTED = {
     "previous_response_id": "responses are not stored, so there is no earlier response to continue; send the "
     "whole conversation in input",
@@ -50,9 +62,14 @@ class ResponsesRequest:
     metadata: dict[str, Any]
     parallel_tool_calls: bool  # as echoed: true unless the client sent false
     tool_choice: str | dict[str, Any]  # as echoed: the client's choice, "auto" when it sent none
+    logprobs: bool  # include: ["message.output_text.logprobs"]
+    top_logprobs: int | None  # as echoed
+    max_tool_calls: int | None
+    identifiers: dict[str, Any]  # user, safety_identifier, prompt_cache_key, service_tier: echoed as sent
 
 
 def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) -> ResponsesRequest:
+    refuse_unknown(body, RESPONSES_FIELDS)
     f = Fields(body)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -66,13 +83,17 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
     max_output_tokens = f.integer("max_output_tokens", 1, 1 << 20)
     sampling_body = {key: body[key] for key in SAMPLING_FIELDS if key in body}
     sampling_body["max_tokens"] = max_output_tokens
+    logprobs, top_logprobs = _logprobs(f)
+    if logprobs:
+        sampling_body.update(logprobs=True, top_logprobs=top_logprobs or 0)
     kwargs = f.obj("chat_template_kwargs") or {}
     try:
         check_template_kwargs(kwargs, "chat_template_kwargs")
     except ValueError as exc:
         raise bad_request(str(exc), param="chat_template_kwargs") from None
     metadata = f.obj("metadata") or {}
-    tools = _tools(f)
+    max_tool_calls = f.integer("max_tool_calls", 1, 1 << 10)
+    tools = _tools(f, max_tool_calls)
     conversation = Conversation(
         messages=messages,
         tools=tools,
@@ -91,10 +112,34 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
         metadata=dict(metadata),
         parallel_tool_calls=f.boolean("parallel_tool_calls", default=True),
         tool_choice=echo,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        max_tool_calls=max_tool_calls,
+        identifiers={key: f.string(key) for key in ("user", "safety_identifier", "prompt_cache_key")}
+        | {"service_tier": _service_tier(f)},
     )
 
 
-def _tools(f: Fields) -> ToolSet | None:
+def _logprobs(f: Fields) -> tuple[bool, int | None]:
+    """include: only "message.output_text.logprobs"; top_logprobs (0-20) goes with it."""
+    include = f.array("include") or []
+    for i, item in enumerate(include):
+        if item != LOGPROBS_INCLUDE:
+            f.fail(f"include[{i}]", f'may only be "{LOGPROBS_INCLUDE}" (nothing else can be included), got {item!r}')
+    top = f.integer("top_logprobs", 0, 20)
+    if top and not include:
+        f.fail("top_logprobs", f'needs include: ["{LOGPROBS_INCLUDE}"]')
+    return bool(include), top
+
+
+def _service_tier(f: Fields) -> str:
+    tier = f.string("service_tier", default="auto")
+    if tier not in ("auto", "default"):
+        f.fail("service_tier", 'may only be "auto" or "default": this server has one tier')
+    return "default"
+
+
+def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
     """Function tools in the Responses shape; built-in tools (web_search, file_search, ...) are refused."""
     tools: list[Tool] = []
     try:
@@ -120,7 +165,8 @@ def _tools(f: Fields) -> ToolSet | None:
         choice = make_choice(f.data.get("tool_choice"), tools, "tool_choice", nested=False)
     except ToolSpecError as exc:
         raise bad_request(str(exc), param=exc.param) from None
-    return ToolSet(tuple(tools), choice, f.boolean("parallel_tool_calls", default=True)) if tools else None
+    parallel = f.boolean("parallel_tool_calls", default=True)
+    return ToolSet(tuple(tools), choice, parallel, max_calls) if tools else None
 
 
 def _refuse_unsupported(f: Fields) -> None:
@@ -131,16 +177,12 @@ def _refuse_unsupported(f: Fields) -> None:
         f.fail("store", "true is not supported: this server stores nothing; send store: false or omit it")
     if f.boolean("background"):
         f.fail("background", "true is not supported: responses are answered in the request that asks for them")
-    include = f.array("include")
-    if include:
-        f.fail("include", f"is not supported (nothing extra can be included), got {include!r}")
-    if f.present("top_logprobs") and f.integer("top_logprobs", 0, 20) != 0:
-        f.fail("top_logprobs", "is not supported on /v1/responses; use /v1/chat/completions for logprobs")
     if f.string("truncation", choices=("auto", "disabled")) == "auto":
         f.fail("truncation", '"auto" is not supported: an input that does not fit the context is a 400')
     text = f.obj("text")
     if text is not None:
         t = Fields(text, "text.")
+        refuse_unknown(text, ("format", "verbosity"), "text.")
         if t.string("verbosity", choices=("low", "medium", "high")) not in (None, "medium"):
             t.fail("verbosity", 'is not supported other than "medium"')
 
@@ -163,8 +205,13 @@ def _text_format(f: Fields) -> ResponseFormat | None:
 
 def _stream(f: Fields) -> bool:
     stream = f.boolean("stream")
-    if f.present("stream_options") and not stream:
-        f.fail("stream_options", "is only allowed with stream: true")
+    options = f.obj("stream_options")
+    if options is not None:
+        if not stream:
+            f.fail("stream_options", "is only allowed with stream: true")
+        refuse_unknown(options, ("include_obfuscation",), "stream_options.")
+        if Fields(options, "stream_options.").boolean("include_obfuscation"):
+            f.fail("stream_options", "include_obfuscation true is not supported: events carry no obfuscation")
     return stream
 
 
@@ -194,6 +241,8 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             raise bad_request(f"{where} must be an object", param=where)
         f = Fields(item, where + ".")
         kind = f.string("type", default="message")
+        if kind in ITEM_FIELDS:
+            refuse_unknown(item, ITEM_FIELDS[kind], where + ".")
         if kind == "reasoning":
             continue  # accepted and not replayed, as on the chat route
         if kind == "message":
@@ -241,19 +290,23 @@ def _output(f: Fields) -> str:
     f.fail("output", "must be a string or an array of input_text parts")
 
 
-def _content(f: Fields) -> str:
+PART_FIELDS = {"input_text": ("type", "text"), "text": ("type", "text"), "refusal": ("type", "refusal"),
+               "output_text": ("type", "text", "annotations", "logprobs")}  # fmt: skip
+
+
+def _content(f: Fields) -> str | list[dict[str, str]]:
+    """A string, or text parts (the chat layer joins them, or gives them to a template that reads parts)."""
     value = f.data.get("content")
     if isinstance(value, str):
         return value
     if not isinstance(value, list):
         f.fail("content", "must be a string or an array of text parts")
-    texts = []
+    parts = []
     for i, part in enumerate(value):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-            continue
-        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+        key = "refusal" if kind == "refusal" else "text"
+        if kind not in PART_FIELDS or not isinstance(part.get(key), str):
             f.fail(f"content[{i}]", f"must be an input_text or output_text part (no other kind), got {kind!r}")
-        texts.append(part["text"])
-    return "".join(texts)
+        refuse_unknown(part, PART_FIELDS[kind], f"{f.prefix}content[{i}].")
+        parts.append({"type": "text", "text": part[key]})
+    return parts

@@ -7,6 +7,8 @@ weights, the tokenizer and the engine then load on a background thread while /he
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import logging
 import threading
 import time
@@ -42,6 +44,7 @@ class ServerState:
     names: ModelNames
     template: ChatTemplate
     extra_stop: tuple[str, ...] = ()  # stop strings the template implies (ChatML default on a foreign vocabulary)
+    fingerprint: str = ""  # system_fingerprint: this build and this model file
     created: int = field(default_factory=lambda: int(time.time()))
     runtime: Runtime | None = None
     load_error: str | None = None
@@ -78,6 +81,17 @@ def template_for(config: ServerConfig, metadata: dict[str, Any]) -> ChatTemplate
     )
 
 
+def fingerprint(path: Path) -> str:
+    """A stable digest of the package version and the model file (name, size, modification time)."""
+    try:
+        version = importlib.metadata.version("lexi-engine")
+    except importlib.metadata.PackageNotFoundError:
+        version = "0"
+    info = path.stat()
+    digest = hashlib.sha256(f"{version}|{path.name}|{info.st_size}|{info.st_mtime_ns}".encode()).hexdigest()
+    return f"fp_{digest[:12]}"
+
+
 def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_config: EngineConfig):
     """(state, gguf file): everything checkable before listening. Raises on a bad model file or template."""
     from lexi.gguf.bundled import resolve_model
@@ -96,6 +110,7 @@ def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_confi
         names=ModelNames.build(config.aliases, path),
         template=template,
         extra_stop=extra_stop,
+        fingerprint=fingerprint(path),
     )
     return state, gguf_file
 

@@ -264,3 +264,50 @@ def test_out_of_vocabulary_ids_fail_only_their_request(smollm2):
             )
         ok = run(collect(engine, GenerationRequest(tok.encode("Hello"), greedy)))
         assert ok[-1].finish_reason in ("length", "stop") and engine.stats.requests_failed == 0
+
+
+def test_choices_share_their_prompt_and_draw_their_own_streams(smollm2_exact):
+    """generate_many: the prompt computed once (the others reuse its blocks), each seed its own tokens."""
+    model, tok = smollm2_exact
+    prompt = tok.encode("Once upon a time, in a village by the mountains, there lived " * 3)
+    requests = [
+        GenerationRequest(prompt, SamplingParams(temperature=1.0, seed=s, max_tokens=6, ignore_eos=True))
+        for s in (1, 2, 3)
+    ]
+    with running_engine(model, tok, parallel=3, ctx_size=256) as engine:
+
+        async def all_choices():
+            return await asyncio.gather(*(collect_stream(s) for s in engine.generate_many(requests)))
+
+        together = run(all_choices())
+        assert engine.stats.prefill_tokens_total < 2 * len(prompt)  # once, plus the followers' last partial blocks
+    with running_engine(model, tok, parallel=1, ctx_size=256) as engine:
+        alone = [tokens_of(run(collect(engine, r))) for r in requests]
+    assert [tokens_of(d) for d in together] == alone
+    assert together[0][-1].cached_tokens == 0 and together[1][-1].cached_tokens == together[2][-1].cached_tokens > 0
+
+
+async def collect_stream(stream):
+    return [delta async for delta in stream]
+
+
+def test_prompt_logprobs_match_the_models_own_logits(smollm2_exact):
+    """Computed chunk by chunk in the engine (no prefix cache), equal to one pass over the whole prompt."""
+    import torch
+
+    from lexi.model.single import SingleSequence
+
+    model, tok = smollm2_exact
+    prompt = tok.encode("The quick brown fox jumps over the lazy dog, and then it sleeps under a tree. " * 2)
+    params = SamplingParams(temperature=0.0, max_tokens=1)
+    with running_engine(model, tok, parallel=1, ctx_size=256, batch_size=16) as engine:  # several prefill chunks
+        run(collect(engine, GenerationRequest(prompt, params)))  # its blocks are cached now
+        deltas = run(collect(engine, GenerationRequest(prompt, params, prompt_logprobs=2)))
+    got = deltas[0].prompt_logprobs
+    assert len(got) == len(prompt) and got[0] is None and deltas[0].cached_tokens == 0
+    logits = SingleSequence(model, len(prompt)).extend(prompt, all_logits=True)
+    expected = torch.log_softmax(logits.float(), dim=-1)
+    for i, lp in enumerate(got[1:], start=1):
+        assert lp.token_id == prompt[i]
+        assert lp.logprob == pytest.approx(float(expected[i - 1, prompt[i]]), abs=1e-4)
+        assert [t for t, _ in lp.top] == expected[i - 1].topk(2).indices.tolist()

@@ -130,3 +130,50 @@ def test_pool_never_runs_dry_with_every_slot_at_its_limit():
                 sched.finish(s)
     assert steps == 31 and not sched.running
     assert sched.blocks.num_free == config.num_blocks
+
+
+def test_a_group_takes_its_slots_together_and_prefills_its_prompt_once():
+    sched = Scheduler(EngineConfig(parallel=3, ctx_size=256, batch_size=512, block_size=16, queue_wait=60))
+    other = seq("other", 5, base=500)
+    sched.add(other, 0.0)
+    run_step(sched)
+    choices = [seq(f"c{i}", 40) for i in range(3)]  # three choices of one prompt: 3 slots, only 2 free
+    for follower in choices[1:]:
+        follower.leader = choices[0]  # as the engine marks sequences that share a prompt
+    sched.add_group(choices, 0.0)
+    out = run_step(sched)
+    assert not out.admitted and len(sched.waiting) == 3  # all or nothing
+    sched.finish(other)
+    out = run_step(sched)
+    assert [s.request_id for s in out.admitted] == ["c0", "c1", "c2"]
+    assert [(s.seq.request_id, s.num_new) for s in out.scheduled] == [("c0", 40)]  # the first prefills alone
+    out = run_step(sched)
+    # the followers found the first's two full blocks in the cache and compute only the last, partial one
+    assert [(s.seq.request_id, s.num_new) for s in out.scheduled if s.seq.request_id != "c0"] == [("c1", 8), ("c2", 8)]
+    assert [c.num_cached for c in choices] == [0, 32, 32] and out.matched == choices[1:]
+
+
+def test_a_group_larger_than_the_slots_is_refused_and_a_waiting_member_can_leave():
+    sched = Scheduler(EngineConfig(parallel=2, ctx_size=64, block_size=16, queue_wait=60))
+    with pytest.raises(ValueError, match="slots"):
+        sched.add_group([seq(f"c{i}", 4) for i in range(3)], 0.0)
+    busy = seq("busy", 4)
+    sched.add(busy, 0.0)
+    run_step(sched)
+    group = [seq("g0", 4), seq("g1", 4)]
+    sched.add_group(group, 0.0)
+    run_step(sched)
+    assert len(sched.waiting) == 2
+    sched.finish(group[0])  # aborted while queued: the rest needs one slot, which is free
+    out = run_step(sched)
+    assert [s.request_id for s in out.admitted] == ["g1"] and group[1].num_output == 1
+
+
+def test_a_waiting_group_expires_whole():
+    sched = Scheduler(EngineConfig(parallel=2, ctx_size=64, block_size=16, queue_wait=1.0))
+    sched.add(seq("busy", 4), 0.0)
+    run_step(sched, now=0.0)
+    sched.add_group([seq("g0", 4), seq("g1", 4)], 0.0)
+    assert not run_step(sched, now=0.5).rejected and len(sched.waiting) == 2  # one slot free of the two it needs
+    out = run_step(sched, now=2.0)
+    assert [s.request_id for s in out.rejected] == ["g0", "g1"] and not sched.waiting

@@ -1,4 +1,5 @@
-"""Real servers, each started once per session: the main one (aliases, an API key, the GGUF's ChatML
+"""Real servers, each started once for the tests of this folder (and stopped after them, so that the
+model tests that follow have the memory): the main one (aliases, an API key, the GGUF's ChatML
 template, one slot and no queue), one with a thinking template and sampling defaults (no alias), a
 one-slot server with --queue-wait and --reasoning-format none, a tool-calling one (a Hermes-style
 template that renders tools, float32 so that a request gives the same tokens whatever shares its
@@ -22,14 +23,14 @@ THINKING_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def thinking_template_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("templates") / "thinking.jinja"
     path.write_text(THINKING_TEMPLATE)
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def servers(thinking_template_file):
     """All servers, launched at once; a test waits only for the one it uses."""
     launched = {
@@ -55,7 +56,7 @@ def servers(thinking_template_file):
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tool_servers():
     """The tool-calling servers, launched together (only when a tools test runs)."""
     launched = {
@@ -73,44 +74,44 @@ def tool_servers():
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tools_server(tool_servers):
     return tool_servers["tools"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gemma_server(tool_servers):
     return tool_servers["gemma"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(servers):
     return servers["main"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def thinking_server(servers):
     return servers["thinking"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def queued_server(servers):
     return servers["queued"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client(server):
     import openai
 
     return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def short_wait_server(servers):
     return servers["short_wait"].wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client_for():
     import openai
 

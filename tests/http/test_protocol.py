@@ -89,7 +89,8 @@ def test_max_completion_tokens_wins_over_max_tokens():
         ("logit_bias", {"5": 101}),
         ("logit_bias", [1]),
         ("top_logprobs", 3),
-        ("n", 2),
+        ("n", 0),
+        ("n", 129),
         ("stream", "yes"),
         ("stream_options", {"include_usage": True}),
         ("reasoning_effort", "max"),
@@ -167,7 +168,7 @@ def test_messages_in_template_form():
     )
     assert req.conversation.messages == [
         {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "ab"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},  # joined later
         {
             "role": "assistant",
             "content": "",
@@ -178,11 +179,13 @@ def test_messages_in_template_form():
 
 
 def test_completion_prompt_forms():
-    assert parse_completion_request({"prompt": "x"}, DEFAULTS).prompt == "x"
-    assert parse_completion_request({"prompt": ["x"]}, DEFAULTS).prompt == "x"
-    assert parse_completion_request({"prompt": [1, 2]}, DEFAULTS).prompt == [1, 2]
+    assert parse_completion_request({"prompt": "x"}, DEFAULTS).prompts == ["x"]
+    assert parse_completion_request({"prompt": ["x"]}, DEFAULTS).prompts == ["x"]
+    assert parse_completion_request({"prompt": [1, 2]}, DEFAULTS).prompts == [[1, 2]]
+    assert parse_completion_request({"prompt": ["a", "b"]}, DEFAULTS).prompts == ["a", "b"]  # a batch
+    assert parse_completion_request({"prompt": [[1], [2, 3]]}, DEFAULTS).prompts == [[1], [2, 3]]
     assert parse_completion_request({"prompt": "x", "logprobs": 2}, DEFAULTS).sampling.logprobs == 2
-    for bad in (None, 3, ["a", "b"], [-1], [True]):
+    for bad in (None, 3, [-1], [True], ["a", 1], [[1], "b"], [[]], [], ["x"] * 65):
         with pytest.raises(ApiError) as info:
             parse_completion_request({"prompt": bad}, DEFAULTS)
         assert info.value.param == "prompt"

@@ -41,6 +41,8 @@ def test_tokenize_detokenize_round_trip(server, smollm2_tokenizer):
     status, bad, _ = server.post("/detokenize", {"tokens": [10**9]})
     assert status == 400 and bad["error"]["param"] == "tokens"
     status, bad, _ = server.post("/tokenize", {"text": "x"})
+    assert status == 400 and bad["error"]["param"] == "text"  # not a field of /tokenize
+    status, bad, _ = server.post("/tokenize", {})
     assert status == 400 and bad["error"]["param"] == "content"
 
 

@@ -56,7 +56,7 @@ def test_chat_stream_shape_over_raw_http(server):
     assert all(f.startswith("data: ") for f in frames)
     assert frames[-1] == "data: [DONE]"
     chunks = [json.loads(f[6:]) for f in frames[:-1]]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # as OpenAI sends it
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
     assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-2]["choices"][0]["delta"] == {}

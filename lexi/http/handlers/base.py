@@ -14,8 +14,8 @@ from lexi.chat.constraint import TurnConstraint
 from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.prompt import ChatTurn
 from lexi.http.auth import bearer_token, key_matches
+from lexi.http.engine_stream import EngineStream
 from lexi.http.errors import ApiError, bad_request, status_error
-from lexi.http.generation import EngineStream
 from lexi.http.protocol import parse_json_body
 from lexi.http.state import ServerState
 
@@ -103,8 +103,9 @@ class GenerationHandler(BaseHandler):
     client_gone = False
     sent_any = False  # a streamed frame went out: the status line can no longer change
 
-    async def start_generation(self, request) -> EngineStream:
-        self.stream = EngineStream(self.state.runtime.engine, request, self._first_token)
+    async def start_generation(self, requests: list) -> EngineStream:
+        """Submit a request's generations (its choices) together; refusals come back as ApiErrors."""
+        self.stream = EngineStream(self.state.runtime.engine, requests, self._first_token)
         if self.client_gone:  # closed while the body was parsed or the prompt rendered
             self.stream.aborted = True
         await self.stream.start()
@@ -129,10 +130,20 @@ class GenerationHandler(BaseHandler):
         if self.stream is not None:
             self.stream.abort()
 
-    def count_tokens(self, last) -> None:
-        if last is not None:
-            self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
-            self.state.metrics.completion_tokens.inc(last.completion_tokens)
+    def check_choices(self, count: int, param: str = "n") -> None:
+        """A request's generations take their slots together: more than the server has is a 400."""
+        slots = self.state.engine_config.parallel
+        if count > slots:
+            raise bad_request(
+                f"{param} asks for {count} generations at once, more than this server's {slots} slots (--parallel)",
+                param=param,
+            )
+
+    def count_tokens(self, lasts) -> None:
+        for last in lasts:
+            if last is not None:
+                self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
+                self.state.metrics.completion_tokens.inc(last.completion_tokens)
 
     def start_sse(self) -> None:
         from lexi.http.sse import HEADERS

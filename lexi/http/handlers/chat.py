@@ -1,15 +1,16 @@
-"""POST /v1/chat/completions: parse -> start the chat turn -> generate -> one body or SSE chunks."""
+"""POST /v1/chat/completions: parse -> start the chat turn -> generate n choices -> one body or SSE chunks."""
 
 from __future__ import annotations
 
 from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.prompt import ChatTurn, Conversation, start_turn
 from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
-from lexi.engine.request import GenerationRequest
-from lexi.http.completion_bodies import ChatChunks, chat_body, chat_finish_reason, tool_call_entry
+from lexi.http.completion_bodies import ChatChunks, chat_body, chat_choice, chat_finish_reason, tool_call_entry
+from lexi.http.engine_stream import output_events
 from lexi.http.errors import ApiError, bad_request
-from lexi.http.generation import chat_logprobs, merge_usage, output_events, sampling_params
+from lexi.http.generation import choice_requests, sampling_params
 from lexi.http.handlers.base import GenerationHandler
+from lexi.http.logprobs import ContentLogprobs, chat_entries
 from lexi.http.protocol_chat import ChatRequest, parse_chat_request
 from lexi.http.sse import DONE, frame
 
@@ -36,66 +37,78 @@ class ChatCompletionsHandler(GenerationHandler):
         state = self.state
         req = parse_chat_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
+        self.check_choices(req.sampling.n)
         turn = chat_turn(state, req.conversation)
         params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-        constraint = await self.compile_constraint(turn)
-        stream = await self.start_generation(GenerationRequest(turn.prompt.ids, params, constraint=constraint))
+        constraints = [await self.compile_constraint(turn) for _ in range(req.sampling.n)]
+        requests = choice_requests(turn.prompt.ids, params, req.sampling.n, constraints if turn.plan else None)
+        stream = await self.start_generation(requests)
         if req.stream:
             await self.stream_failures(self._stream(req, model, stream, turn))
         else:
             await self._whole(req, model, stream, turn)
 
     async def _whole(self, req: ChatRequest, model: str, stream, turn: ChatTurn) -> None:
-        output = turn.output()
-        deltas, text = [], {"reasoning": [], "content": []}
-        async for delta, events in output_events(stream, output):
-            deltas.append(delta)
-            for event in events:
-                if event.kind != "tool_call":
-                    text[event.kind].append(event.text)
-        merged = merge_usage(deltas)
-        self.count_tokens(merged)
-        if stream.aborted or merged.finish_reason == "abort":
-            return
-        reasoning, content = "".join(text["reasoning"]), "".join(text["content"])
+        n = stream.n
+        outputs = [turn.output() for _ in range(n)]
         tokenizer = self.state.runtime.tokenizer
+        logprobs = [ContentLogprobs(tokenizer) for _ in range(n)]
+        text = [{"reasoning": [], "content": [], "logprobs": []} for _ in range(n)]
+        async for i, delta, events in output_events(stream, outputs):
+            attached = logprobs[i].feed(delta.logprobs, events, outputs[i].fed_reasoning)
+            for event, tokens in zip(events, attached, strict=True):
+                if event.kind != "tool_call":
+                    text[i][event.kind].append(event.text)
+                text[i]["logprobs"] += tokens
+        self.count_tokens(stream.last)
+        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
+            return
         want_logprobs = req.sampling.logprobs is not None
-        body = chat_body(
-            model, merged, reasoning, content, output.calls, output.reasoning_tokens, tokenizer, want_logprobs
-        )
-        self.write_json(body)
+        choices = [
+            chat_choice(
+                i, "".join(text[i]["reasoning"]), "".join(text[i]["content"]), outputs[i].calls, stream.last[i],
+                {"content": chat_entries(tokenizer, text[i]["logprobs"])} if want_logprobs else None,
+            )
+            for i in range(n)
+        ]  # fmt: skip
+        reasoning_tokens = sum(o.reasoning_tokens for o in outputs)
+        self.write_json(chat_body(model, self.state.fingerprint, choices, stream.last, reasoning_tokens))
 
     async def _stream(self, req: ChatRequest, model: str, stream, turn: ChatTurn) -> None:
-        """role chunk, then reasoning/content/tool-call deltas, the finish chunk, the usage chunk if asked, [DONE]."""
+        """Per choice: a role chunk, then reasoning/content/tool-call deltas and a finish chunk; then the usage
+        chunk if asked, then [DONE]."""
+        n = stream.n
         tokenizer = self.state.runtime.tokenizer
         want_logprobs = req.sampling.logprobs is not None
-        output = turn.output()
-        chunks = ChatChunks(model)
+        outputs = [turn.output() for _ in range(n)]
+        logprobs = [ContentLogprobs(tokenizer) for _ in range(n)]
+        chunks = ChatChunks(model, self.state.fingerprint)
         self.start_sse()
-        if not await self.send(frame(chunks.chunk({"role": "assistant"}))):
-            return
-        pending = []  # logprobs of tokens whose text the pipeline still holds back
-        async for delta, events in output_events(stream, output):
-            pending.extend(delta.logprobs)
-            for event in events:
+        for i in range(n):
+            if not await self.send(frame(chunks.chunk(i, {"role": "assistant", "content": ""}))):
+                return
+        async for i, delta, events in output_events(stream, outputs):
+            attached = logprobs[i].feed(delta.logprobs, events, outputs[i].fed_reasoning)
+            for event, tokens in zip(events, attached, strict=True):
                 if event.kind == "tool_call":
-                    index = output.calls.index(event.call)
-                    chunk = chunks.chunk({"tool_calls": [tool_call_entry(event.call, index)]})
+                    index = outputs[i].calls.index(event.call)
+                    chunk = chunks.chunk(i, {"tool_calls": [tool_call_entry(event.call, index)]})
                 else:
-                    lp = chat_logprobs(tokenizer, tuple(pending)) if want_logprobs else None
-                    pending = []
+                    content = event.kind == "content"
+                    lp = {"content": chat_entries(tokenizer, tokens)} if want_logprobs and content else None
                     key = "reasoning_content" if event.kind == "reasoning" else "content"
-                    chunk = chunks.chunk({key: event.text}, logprobs=lp)
+                    chunk = chunks.chunk(i, {key: event.text}, logprobs=lp)
                 if not await self.send(frame(chunk)):
                     return
-        last = stream.last
-        self.count_tokens(last)
-        if stream.aborted or last is None or last.finish_reason == "abort":
+            if delta.finish_reason is not None and delta.finish_reason != "abort":
+                finish = chat_finish_reason(delta, outputs[i].calls)
+                if not await self.send(frame(chunks.chunk(i, {}, finish))):
+                    return
+        self.count_tokens(stream.last)
+        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return
-        lp = chat_logprobs(tokenizer, tuple(pending)) if want_logprobs and pending else None
-        if not await self.send(frame(chunks.chunk({}, chat_finish_reason(last, output.calls), lp))):
-            return
-        if req.include_usage and not await self.send(frame(chunks.usage_chunk(last, output.reasoning_tokens))):
+        reasoning_tokens = sum(o.reasoning_tokens for o in outputs)
+        if req.include_usage and not await self.send(frame(chunks.usage_chunk(stream.last, reasoning_tokens))):
             return
         await self.send(DONE)
         self.finish()

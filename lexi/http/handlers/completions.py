@@ -1,13 +1,20 @@
-"""POST /v1/completions: raw prompt text (or ids) in, text out; no template and no reasoning split."""
+"""POST /v1/completions: raw prompts (text or ids) in, text out; no template and no reasoning split.
+
+A batch of prompts and n choices each are one group of generations: the choices of a prompt are
+`index` prompt * n + choice, and share its computed prompt. With `echo` the prompt's text leads each
+choice (as its tokens spell it, so that `text_offset` indexes the returned text); with `logprobs` too,
+the prompt tokens' logprobs lead the generated ones, the first null.
+"""
 
 from __future__ import annotations
 
-from lexi.engine.request import GenerationRequest
+from lexi.engine.request import CompletionDelta
 from lexi.http.completion_bodies import CompletionChunks, completion_body
 from lexi.http.errors import bad_request
-from lexi.http.generation import completion_logprobs, finish_reason, merge_usage, sampling_params
+from lexi.http.generation import choice_requests, finish_reason, merge_usage, sampling_params
 from lexi.http.handlers.base import GenerationHandler
-from lexi.http.protocol_completions import parse_completion_request
+from lexi.http.logprobs import completion_logprobs
+from lexi.http.protocol_completions import CompletionRequest, parse_completion_request
 from lexi.http.sse import DONE, frame
 
 
@@ -18,48 +25,93 @@ class CompletionsHandler(GenerationHandler):
         state = self.state
         req = parse_completion_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
-        tokenizer = state.runtime.tokenizer
-        if isinstance(req.prompt, str):
-            ids = tokenizer.encode(req.prompt, special=True)
-            text = req.prompt
+        n = req.sampling.n
+        self.check_choices(len(req.prompts) * n, "n" if len(req.prompts) == 1 else "prompt")
+        prompts = [self._prompt_ids(p) for p in req.prompts]
+        prompt_logprobs = req.sampling.logprobs if req.echo and req.sampling.logprobs is not None else None
+        requests = []
+        for ids in prompts:
+            group = choice_requests(ids, sampling_params(req.sampling, len(ids), state.engine_config.ctx_size), n)
+            group[0].prompt_logprobs = prompt_logprobs  # computed once, for every choice of the prompt
+            requests += group
+        stream = await self.start_generation(requests)
+        echoes = [state.runtime.tokenizer.decode(ids) if req.echo else "" for ids in prompts]
+        if req.stream:
+            await self.stream_failures(self._stream(req, model, stream, prompts, echoes))
         else:
-            if max(req.prompt) >= tokenizer.vocab_size:
+            await self._whole(req, model, stream, prompts, echoes)
+
+    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
+        tokenizer = self.state.runtime.tokenizer
+        if isinstance(prompt, str):
+            ids = tokenizer.encode(prompt, special=True)
+        else:
+            if max(prompt) >= tokenizer.vocab_size:
                 raise bad_request(f"prompt token ids must be < {tokenizer.vocab_size}", param="prompt")
-            ids, text = req.prompt, tokenizer.decode(req.prompt)
+            ids = prompt
         if not ids:
             raise bad_request("prompt is empty", param="prompt")
-        params = sampling_params(req.sampling, len(ids), state.engine_config.ctx_size)
-        stream = await self.start_generation(GenerationRequest(ids, params))
-        prefix = text if req.echo else ""
-        want_logprobs = req.sampling.logprobs is not None
-        if not req.stream:
-            merged = merge_usage([d async for d in stream.events()])
-            self.count_tokens(merged)
-            self.write_json(completion_body(model, merged, prefix, tokenizer, want_logprobs))
-            return
-        await self.stream_failures(self._stream(req, model, stream, prefix))
+        return ids
 
-    async def _stream(self, req, model: str, stream, prefix: str) -> None:
+    def _prompt_entries(self, req, prompts, firsts: list[CompletionDelta | None], choice: int) -> dict | None:
+        """The echoed prompt's logprobs of a choice (computed with its prompt's first choice)."""
+        if not req.echo or req.sampling.logprobs is None:
+            return None
+        lead = firsts[choice - choice % req.sampling.n]
+        ids = prompts[choice // req.sampling.n]
+        logprobs = lead.prompt_logprobs if lead is not None and lead.prompt_logprobs else (None,) * len(ids)
+        return completion_logprobs(self.state.runtime.tokenizer, logprobs, 0, ids)
+
+    async def _whole(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> None:
+        deltas: list[list[CompletionDelta]] = [[] for _ in range(stream.n)]
+        async for i, delta in stream.events():
+            deltas[i].append(delta)
+        self.count_tokens(stream.last)
+        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
+            return
+        tokenizer = self.state.runtime.tokenizer
+        choices = []
+        for i, events in enumerate(deltas):
+            merged = merge_usage(events)
+            echo = echoes[i // req.sampling.n]
+            logprobs = None
+            if req.sampling.logprobs is not None:
+                logprobs = completion_logprobs(tokenizer, merged.logprobs, len(echo))
+                head = self._prompt_entries(req, prompts, [d[0] if d else None for d in deltas], i)
+                if head is not None:
+                    logprobs = {key: head[key] + logprobs[key] for key in logprobs}
+            choices.append(
+                {"index": i, "text": echo + merged.text, "logprobs": logprobs, "finish_reason": finish_reason(merged)}
+            )
+        groups = [stream.last[p * req.sampling.n : (p + 1) * req.sampling.n] for p in range(len(prompts))]
+        self.write_json(completion_body(model, self.state.fingerprint, choices, groups))
+
+    async def _stream(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> None:
         tokenizer = self.state.runtime.tokenizer
         want_logprobs = req.sampling.logprobs is not None
-        chunks = CompletionChunks(model)
+        chunks = CompletionChunks(model, self.state.fingerprint)
         self.start_sse()
-        if prefix and not await self.send(frame(chunks.chunk(prefix))):
-            return
-        offset = len(prefix)
-        async for delta in stream.events():
-            lp = completion_logprobs(tokenizer, delta.logprobs, offset) if want_logprobs else None
-            offset += len(delta.text)
+        offsets = [len(echoes[i // req.sampling.n]) for i in range(stream.n)]
+        firsts: list[CompletionDelta | None] = [None] * stream.n
+        async for i, delta in stream.events():
+            if firsts[i] is None:
+                firsts[i] = delta
+                if req.echo:
+                    head = self._prompt_entries(req, prompts, firsts, i)
+                    if not await self.send(frame(chunks.chunk(i, echoes[i // req.sampling.n], logprobs=head))):
+                        return
             if delta.finish_reason == "abort":
-                break
+                continue
+            lp = completion_logprobs(tokenizer, delta.logprobs, offsets[i]) if want_logprobs else None
+            offsets[i] += len(delta.text)
             finish = finish_reason(delta) if delta.finish_reason is not None else None
-            if (delta.text or finish) and not await self.send(frame(chunks.chunk(delta.text, finish, lp))):
+            if (delta.text or finish) and not await self.send(frame(chunks.chunk(i, delta.text, finish, lp))):
                 return
-        last = stream.last
-        self.count_tokens(last)
-        if stream.aborted or last is None or last.finish_reason == "abort":
+        self.count_tokens(stream.last)
+        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return
-        if req.include_usage and not await self.send(frame(chunks.usage_chunk(last))):
+        groups = [stream.last[p * req.sampling.n : (p + 1) * req.sampling.n] for p in range(len(prompts))]
+        if req.include_usage and not await self.send(frame(chunks.usage_chunk(groups))):
             return
         await self.send(DONE)
         self.finish()

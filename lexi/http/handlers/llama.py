@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lexi.http.handlers.base import BaseHandler
 from lexi.http.handlers.chat import chat_turn
-from lexi.http.protocol import Fields
+from lexi.http.protocol import Fields, refuse_unknown
 from lexi.http.protocol_chat import parse_chat_request
 
 
@@ -12,7 +12,9 @@ class TokenizeHandler(BaseHandler):
     route = "tokenize"
 
     def post(self) -> None:
-        f = Fields(self.json_body())
+        body = self.json_body()
+        refuse_unknown(body, ("content", "add_special", "parse_special", "with_pieces"))
+        f = Fields(body)
         content = f.string("content")
         if content is None:
             f.fail("content", "is required")
@@ -30,7 +32,9 @@ class DetokenizeHandler(BaseHandler):
     route = "detokenize"
 
     def post(self) -> None:
-        f = Fields(self.json_body())
+        body = self.json_body()
+        refuse_unknown(body, ("tokens",))
+        f = Fields(body)
         tokens = f.array("tokens") or []
         vocab = self.state.runtime.tokenizer.vocab_size
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in tokens):

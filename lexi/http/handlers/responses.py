@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 
 from lexi.chat.output import ChatOutput
-from lexi.engine.request import GenerationRequest
+from lexi.http.engine_stream import output_events
 from lexi.http.errors import ApiError
-from lexi.http.generation import output_events, sampling_params
+from lexi.http.generation import choice_requests, sampling_params
 from lexi.http.handlers.base import GenerationHandler
 from lexi.http.handlers.chat import chat_turn
 from lexi.http.handlers.responses_events import ResponseBuilder, sse_event
+from lexi.http.logprobs import ContentLogprobs, chat_entries
 from lexi.http.protocol_responses import parse_responses_request
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,11 @@ class ResponsesHandler(GenerationHandler):
             turn = chat_turn(state, req.conversation)
             params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
             constraint = await self.compile_constraint(turn)
-            stream = await self.start_generation(GenerationRequest(turn.prompt.ids, params, constraint=constraint))
+            stream = await self.start_generation(choice_requests(turn.prompt.ids, params, 1, [constraint]))
         except ApiError as exc:
             raise _renamed(exc) from None
         builder = ResponseBuilder(req, model, params)
+        self.logprobs = ContentLogprobs(state.runtime.tokenizer) if req.logprobs else None
         try:
             if req.stream:
                 await self._stream(builder, stream, turn.output())
@@ -66,8 +68,8 @@ class ResponsesHandler(GenerationHandler):
         """The same builder as the stream, its events dropped: the body is the stream's final response."""
         async for _ in self._run(builder, stream, output):
             pass
-        last = stream.last
-        self.count_tokens(last)
+        last = stream.last[0]
+        self.count_tokens(stream.last)
         if stream.aborted or last is None or last.finish_reason == "abort":
             return
         builder.finish(last, output.reasoning_tokens)
@@ -75,9 +77,12 @@ class ResponsesHandler(GenerationHandler):
 
     async def _run(self, builder: ResponseBuilder, stream, output: ChatOutput):
         """The stream events of the generated output, one batch per engine event."""
-        async for _, events in output_events(stream, output):
-            for event in events:
-                for item_event in builder.feed(event):
+        tokenizer = self.state.runtime.tokenizer
+        async for _, delta, events in output_events(stream, [output]):
+            attached = self.logprobs.feed(delta.logprobs, events, output.fed_reasoning) if self.logprobs else None
+            for j, event in enumerate(events):
+                entries = chat_entries(tokenizer, attached[j]) if attached is not None else None
+                for item_event in builder.feed(event, entries):
                     yield item_event
 
     async def _stream(self, builder: ResponseBuilder, stream, output: ChatOutput) -> None:
@@ -89,8 +94,8 @@ class ResponsesHandler(GenerationHandler):
             async for event in self._run(builder, stream, output):
                 if not await self.send(sse_event(event)):
                     return
-            last = stream.last
-            self.count_tokens(last)
+            last = stream.last[0]
+            self.count_tokens(stream.last)
             if stream.aborted or last is None or last.finish_reason == "abort":
                 return
             for event in builder.finish(last, output.reasoning_tokens):

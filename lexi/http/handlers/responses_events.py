@@ -45,6 +45,7 @@ class ResponseBuilder:
         self.status = "in_progress"
         self.incomplete_details: dict[str, str] | None = None
         self.usage: dict[str, Any] | None = None
+        self.completed_at: int | None = None
         self._seq = 0
         self._open: dict[str, Any] | None = None  # the item text is going into
 
@@ -59,7 +60,8 @@ class ResponseBuilder:
             self.event("response.in_progress", response=self.body()),
         ]
 
-    def feed(self, event: OutputEvent) -> list[dict[str, Any]]:
+    def feed(self, event: OutputEvent, logprobs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """The stream events an output event causes; `logprobs`: entries of the text's tokens (when included)."""
         if event.kind == "tool_call":
             return self._close("completed") + self._call(event.call)
         kind, text = event.kind, event.text
@@ -74,7 +76,10 @@ class ResponseBuilder:
         part = item["content"][0]
         part["text"] += text
         name = "response.reasoning_text.delta" if wanted == "reasoning" else "response.output_text.delta"
-        extra = {} if wanted == "reasoning" else {"logprobs": []}
+        extra = {}
+        if wanted == "message":
+            extra = {"logprobs": logprobs or []}
+            part["logprobs"] += logprobs or []
         events.append(self.event(name, item_id=item["id"], output_index=index, content_index=0, delta=text, **extra))
         return events
 
@@ -86,6 +91,7 @@ class ResponseBuilder:
         if not self._has("message") and not self._has("function_call"):
             events += self._add("message") + self._close(status)
         self.status = status
+        self.completed_at = int(time.time()) if status == "completed" else None
         self.incomplete_details = {"reason": "max_output_tokens"} if length else None
         self.usage = {
             "input_tokens": last.prompt_tokens,
@@ -145,7 +151,7 @@ class ResponseBuilder:
         if item["type"] == "reasoning":
             done = self.event("response.reasoning_text.done", **head, text=part["text"])
         else:
-            done = self.event("response.output_text.done", **head, text=part["text"], logprobs=[])
+            done = self.event("response.output_text.done", **head, text=part["text"], logprobs=part["logprobs"])
         item["status"] = status
         return [
             done,
@@ -161,6 +167,7 @@ class ResponseBuilder:
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": self.completed_at,
             "status": self.status,
             "error": None,
             "incomplete_details": self.incomplete_details,
@@ -173,6 +180,11 @@ class ResponseBuilder:
             "reasoning": {"effort": req.conversation.reasoning_effort, "summary": None},
             "store": False,
             "temperature": self.params.temperature,
+            "presence_penalty": self.params.presence_penalty,
+            "frequency_penalty": self.params.frequency_penalty,
+            "top_logprobs": req.top_logprobs,
+            "max_tool_calls": req.max_tool_calls,
+            **req.identifiers,
             "text": {"format": _format_entry(req.conversation.response_format)},
             "tool_choice": req.tool_choice,
             "tools": [_tool_entry(t) for t in tools.tools] if tools else [],
