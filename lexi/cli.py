@@ -65,9 +65,28 @@ def _json_object(ctx, param, value):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--api-key", multiple=True, help="Bearer key required on every route but /health; repeatable.")
 @click.option("--api-key-file", default=None, help="A file of keys, one a line.")
+@click.option(
+    "--allowed-origins",
+    multiple=True,
+    metavar="ORIGIN[,ORIGIN...]",
+    help="Browser origins allowed by CORS (scheme://host[:port], or * for any); repeatable or comma-separated.",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(0, 3600),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM/SIGINT, seconds running requests get to finish before they are stopped.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Access and engine logs on stderr: text lines, or one JSON object a line.",
+)
 def serve_command(**opts) -> None:
     """Serve one model over the OpenAI-compatible HTTP API."""
-    import logging
     import os
 
     # The weights load on one thread and the engine steps on another, so torch's OpenMP gets two
@@ -81,9 +100,10 @@ def serve_command(**opts) -> None:
     from lexi.gguf.errors import GGUFError
     from lexi.http.auth import read_key_file
     from lexi.http.config import SamplingDefaults, ServerConfig
+    from lexi.http.logs import configure_logging
     from lexi.http.server import serve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(opts["log_format"])
     keys = tuple(opts["api_key"])
     if opts["api_key_file"] is not None:
         try:
@@ -104,6 +124,9 @@ def serve_command(**opts) -> None:
             port=opts["port"],
             api_keys=keys,
             constraint_timeout=opts["constraint_timeout"],
+            allowed_origins=opts["allowed_origins"],
+            shutdown_timeout=opts["shutdown_timeout"],
+            log_format=opts["log_format"],
         )
         sampling = SamplingDefaults(
             temp=opts["temp"],

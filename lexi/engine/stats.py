@@ -27,10 +27,16 @@ class EngineStats:
     ttft_last_s: float = 0.0
 
     @property
+    def kv_blocks_used(self) -> int:
+        """Blocks some request holds; 0 once the server is idle (a leak shows here, cached blocks do not)."""
+        return self.kv_blocks_total - self.kv_blocks_free
+
+    @property
     def ttft_mean_s(self) -> float:
         return self.ttft_sum_s / self.ttft_count if self.ttft_count else 0.0
 
     def snapshot(self) -> dict[str, float]:
         data = asdict(self)
         data["ttft_mean_s"] = self.ttft_mean_s
+        data["kv_blocks_used"] = self.kv_blocks_used
         return data

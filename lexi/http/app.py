@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-import logging
-
 import tornado.web
 
+from lexi.http.cors import CorsPolicy
 from lexi.http.handlers.base import NotFoundHandler
 from lexi.http.handlers.chat import ChatCompletionsHandler
 from lexi.http.handlers.completions import CompletionsHandler
 from lexi.http.handlers.info import HealthHandler, MetricsHandler, ModelHandler, ModelsHandler
 from lexi.http.handlers.llama import ApplyTemplateHandler, DetokenizeHandler, TokenizeHandler
 from lexi.http.handlers.responses import ResponsesHandler
+from lexi.http.logs import log_access
 from lexi.http.state import ServerState
-
-_access = logging.getLogger("tornado.access")
 
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
-    """Tornado logs every 5xx as an error; a 503 while the model loads is expected, not a fault."""
-    status = handler.get_status()
-    level = logging.INFO if status < 400 or status == 503 else logging.WARNING if status < 500 else logging.ERROR
-    _access.log(level, "%d %s %.2fms", status, handler._request_summary(), 1000.0 * handler.request.request_time())
+    """The access log line (lexi.http.logs): Tornado's own would log a 503 while loading as an error."""
+    request = handler.request
+    log_access(
+        request_id=getattr(handler, "request_id", ""),
+        method=request.method or "",
+        path=request.path,
+        remote_ip=request.remote_ip,
+        route=getattr(handler, "route", "other"),
+        status=handler.get_status(),
+        latency_s=request.request_time(),
+        tokens=getattr(handler, "access_tokens", None),
+    )
 
 
 def make_app(state: ServerState) -> tornado.web.Application:
@@ -44,4 +50,5 @@ def make_app(state: ServerState) -> tornado.web.Application:
         default_handler_args=deps,
         compress_response=False,
         log_function=_log_request,
+        cors=CorsPolicy(state.config.allowed_origins),
     )

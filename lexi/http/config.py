@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lexi.chat.template import check_template_kwargs
+from lexi.http.cors import parse_origins
+from lexi.http.logs import LOG_FORMATS
 
 REASONING_FORMATS = ("auto", "none")
 
@@ -58,6 +60,9 @@ class ServerConfig:
     api_keys: tuple[str, ...] = ()  # --api-key (repeatable) plus the lines of --api-key-file
     max_body_bytes: int = 8 * 1024 * 1024  # request bodies above this are answered 413
     constraint_timeout: float = 10.0  # --constraint-timeout: seconds to compile a request's output constraint
+    allowed_origins: tuple[str, ...] = ()  # --allowed-origins (repeatable, comma lists; * = any): CORS for browsers
+    shutdown_timeout: float = 30.0  # --shutdown-timeout: seconds running requests get to finish on SIGTERM/SIGINT
+    log_format: str = "text"  # --log-format text|json: the access and engine logs on stderr
 
     def __post_init__(self) -> None:
         if self.reasoning_format not in REASONING_FORMATS:
@@ -74,6 +79,11 @@ class ServerConfig:
         check_template_kwargs(self.chat_template_kwargs, "--chat-template-kwargs")
         if not 0.1 <= self.constraint_timeout <= 3600:
             raise ValueError(f"--constraint-timeout must be in [0.1, 3600] seconds, got {self.constraint_timeout}")
+        if not 0 <= self.shutdown_timeout <= 3600:
+            raise ValueError(f"--shutdown-timeout must be in [0, 3600] seconds, got {self.shutdown_timeout}")
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+        object.__setattr__(self, "allowed_origins", parse_origins(self.allowed_origins))
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         object.__setattr__(self, "aliases", tuple(self.aliases))

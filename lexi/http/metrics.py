@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -32,6 +32,14 @@ class Metrics:
         self.slots_busy.set_function(lambda: self._stat("slots_busy"))
         self.slots_total = Gauge("lexi_slots_total", "Slots (--parallel)", registry=self.registry)
         self.slots_total.set_function(lambda: self._stat("slots_total"))
+        self.kv_blocks_used = Gauge(
+            "lexi_kv_blocks_used", "KV cache blocks held by requests (0 when idle)", registry=self.registry
+        )
+        self.kv_blocks_used.set_function(lambda: self._stat("kv_blocks_used"))
+        self.kv_blocks_total = Gauge("lexi_kv_blocks_total", "KV cache blocks in the pool", registry=self.registry)
+        self.kv_blocks_total.set_function(lambda: self._stat("kv_blocks_total"))
+        # process_resident_memory_bytes and friends (Linux /proc), for the soak's leak check
+        ProcessCollector(registry=self.registry)
 
     def _stat(self, name: str) -> float:
         stats = self._stats_source()

@@ -2,12 +2,16 @@
 
 The order is the contract: a bad model file or chat template is refused before the port is opened
 (the process exits non-zero and nothing ever listened); once listening, /health says 503 until the
-engine is ready, and a load failure stops the process with the reason.
+engine is ready, and a load failure stops the process with the reason. SIGTERM or SIGINT drains
+(lexi.http.drain): new generation requests and /health get 503, running ones have --shutdown-timeout
+seconds to finish, the rest are stopped with an error the client can read, and the process exits 0.
+A second signal stops the running requests at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -39,7 +43,7 @@ def serve(config: ServerConfig, sampling: SamplingDefaults, engine_config: Engin
 async def _serve(state, gguf_file, load_config) -> int:
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
-    status = {"code": 0}
+    status = {"code": 0, "signal": ""}
     server = tornado.httpserver.HTTPServer(make_app(state), max_body_size=_MAX_STREAMED_BODY, xheaders=False)
     sockets = tornado.netutil.bind_sockets(state.config.port, state.config.host)
     server.add_sockets(sockets)
@@ -52,13 +56,44 @@ async def _serve(state, gguf_file, load_config) -> int:
             return
         print(f"lexi-engine: the model failed to load: {error}", file=sys.stderr, flush=True)
         status["code"] = 1
-        loop.call_soon_threadsafe(stopped.set)
+        try:
+            loop.call_soon_threadsafe(stopped.set)
+        except RuntimeError:  # the loop already ended (a signal came first)
+            pass
+
+    def on_signal(sig: signal.Signals) -> None:
+        if state.drain.draining:
+            print(f"lexi-engine: {sig.name} again: stopping the running requests now", flush=True)
+            state.drain.hurry()
+            return
+        state.drain.begin()
+        status["signal"] = sig.name
+        stopped.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopped.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     load_in_background(state, gguf_file, load_config, loaded)
     await stopped.wait()
+    if status["signal"]:
+        await _drain(state, status["signal"])
     server.stop()
+    with contextlib.suppress(TimeoutError):  # idle keep-alive connections; nothing is running any more
+        await asyncio.wait_for(server.close_all_connections(), 5.0)
     if state.runtime is not None:
-        await asyncio.get_running_loop().run_in_executor(None, state.runtime.engine.shutdown)
+        await loop.run_in_executor(None, state.runtime.engine.shutdown)
+    print("lexi-engine: stopped", flush=True)
     return status["code"]
+
+
+async def _drain(state, signal_name: str) -> None:
+    """Let running requests finish within --shutdown-timeout, then stop the rest with an error they report."""
+    drain, timeout = state.drain, state.config.shutdown_timeout
+    print(
+        f"lexi-engine: {signal_name}: shutting down; new requests get 503; "
+        f"{len(drain)} running request(s) have up to {timeout:g} s to finish",
+        flush=True,
+    )
+    if await drain.wait(timeout):
+        return
+    count = await drain.stop_all()
+    print(f"lexi-engine: stopped {count} request(s) still running", flush=True)

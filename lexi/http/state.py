@@ -20,6 +20,7 @@ from typing import Any
 from lexi.chat.template import CHATML_STOP, CHATML_TEMPLATE, ChatTemplate, read_template_file
 from lexi.engine.config import EngineConfig
 from lexi.http.config import SamplingDefaults, ServerConfig
+from lexi.http.drain import Drain
 from lexi.http.metrics import Metrics
 from lexi.http.names import ModelNames
 
@@ -48,6 +49,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     runtime: Runtime | None = None
     load_error: str | None = None
+    drain: Drain = field(default_factory=Drain)  # requests still running; set draining on SIGTERM/SIGINT
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -135,7 +137,12 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
             )
             # the one schema every client may send: compiled while the weights load (seconds on a 262k vocabulary)
             constraints.prewarm(plan_output(None, "json", ResponseFormat("json_object"), None))
-            model = load_model(gguf_file, load_config)
+            # A tqdm bar over the tensors on a terminal (never with JSON logs); these lines everywhere else.
+            size_mb = state.model_path.stat().st_size / 1e6
+            log.info("loading %d tensors (%.0f MB) from %s", len(gguf_file.tensors), size_mb, state.model_path)
+            weights_started = time.monotonic()
+            model = load_model(gguf_file, load_config, progress=state.config.log_format == "text")
+            log.info("weights loaded in %.1f s", time.monotonic() - weights_started)
             engine = Engine(model, tokenizer, state.engine_config)
             engine.start()
             state.runtime = Runtime(tokenizer, engine, constraints)

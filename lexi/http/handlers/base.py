@@ -1,4 +1,5 @@
-"""What every route shares: the body read with a size limit, auth, the 503 while loading, errors, metrics."""
+"""What every route shares: the body read with a size limit, auth, the 503 while loading, errors, metrics,
+the request id, CORS headers and preflights, and the drain on shutdown."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from lexi.chat.constraint import TurnConstraint
 from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.prompt import ChatTurn
 from lexi.http.auth import bearer_token, key_matches
+from lexi.http.cors import CorsPolicy
+from lexi.http.drain import StoppableStream, shutting_down
 from lexi.http.engine_stream import EngineStream
 from lexi.http.errors import ApiError, bad_request, status_error
+from lexi.http.logs import REQUEST_ID_HEADER, pick_request_id
 from lexi.http.protocol import parse_json_body
 from lexi.http.state import ServerState
 
@@ -33,8 +37,53 @@ class BaseHandler(tornado.web.RequestHandler):
         self._chunks: list[bytes] = []
         self._size = 0
         self.received = time.monotonic()
+        self.tokens: tuple[int, int] | None = None  # (prompt, completion) of a finished generation
+
+    @property
+    def access_tokens(self) -> tuple[int, int] | None:
+        """(prompt, completion) tokens for the access log; None when the route generates nothing."""
+        return self.tokens
+
+    @property
+    def request_id(self) -> str:
+        """The client's X-Request-Id when sane, else a fresh one; fixed for the request's life."""
+        if not hasattr(self, "_request_id"):
+            self._request_id = pick_request_id(self.request.headers.get(REQUEST_ID_HEADER))
+        return self._request_id
+
+    def set_default_headers(self) -> None:
+        # Tornado calls this again when an error clears the headers, so errors carry these too.
+        self.set_header(REQUEST_ID_HEADER, self.request_id)
+        cors: CorsPolicy | None = self.settings.get("cors")
+        if cors is not None and cors.enabled:
+            self.set_header("Vary", "Origin")
+            origin = self.request.headers.get("Origin")
+            if cors.allows(origin):
+                for key, value in cors.response_headers(origin).items():
+                    self.set_header(key, value)
+
+    def options(self, *args: str) -> None:
+        """A CORS preflight (no key needed: browsers never send one with it); other OPTIONS list the methods."""
+        methods = [m for m in ("GET", "POST") if getattr(type(self), m.lower()) is not getattr(BaseHandler, m.lower())]
+        headers = self.request.headers
+        origin, asked = headers.get("Origin"), headers.get("Access-Control-Request-Method")
+        if origin is None or asked is None:
+            self.set_header("Allow", ", ".join([*methods, "OPTIONS"]))
+        else:
+            cors: CorsPolicy | None = self.settings.get("cors")
+            if cors is None or not cors.allows(origin):
+                message = f"origin {origin!r} is not allowed (--allowed-origins)"
+                raise ApiError(403, message, type="invalid_request_error", code="origin_not_allowed")
+            private = headers.get("Access-Control-Request-Private-Network", "").lower() == "true"
+            granted = cors.preflight_headers(methods, headers.get("Access-Control-Request-Headers"), private)
+            for key, value in granted.items():
+                self.set_header(key, value)
+        self.set_status(204)
+        self.finish()
 
     def prepare(self) -> None:
+        if self.request.method == "OPTIONS":
+            return  # a preflight carries no credentials by design
         if self.requires_auth and self.state.config.api_keys:
             token = bearer_token(self.request.headers.get("Authorization"))
             if not key_matches(token, self.state.config.api_keys):
@@ -80,7 +129,12 @@ class BaseHandler(tornado.web.RequestHandler):
     def log_exception(self, typ, value, tb) -> None:
         if isinstance(value, ApiError):
             return  # the client's answer, not a server fault
-        super().log_exception(typ, value, tb)
+        if isinstance(value, tornado.web.HTTPError):
+            super().log_exception(typ, value, tb)
+            return
+        fields = {"request_id": self.request_id, "route": self.route, "method": self.request.method}
+        message = f"uncaught exception in {self.request.method} {self.request.path} (id={self.request_id})"
+        log.error(message, exc_info=(typ, value, tb), extra={"fields": fields})
 
     def on_finish(self) -> None:
         self.state.metrics.requests.labels(self.route, str(self.get_status())).inc()
@@ -102,10 +156,39 @@ class GenerationHandler(BaseHandler):
     stream: EngineStream | None = None
     client_gone = False
     sent_any = False  # a streamed frame went out: the status line can no longer change
+    stop_error: ApiError | None = None  # set when a shutdown stopped this request
+
+    def prepare(self) -> None:
+        super().prepare()
+        if self.request.method == "OPTIONS":
+            return
+        if self.state.drain.draining:
+            raise shutting_down()
+        self.state.drain.add(self)
+
+    def on_finish(self) -> None:
+        self.state.drain.discard(self)
+        super().on_finish()
+
+    @property
+    def access_tokens(self) -> tuple[int, int] | None:
+        """A stopped or failed generation still logs what it had used."""
+        seen = [last for last in self.stream.last if last is not None] if self.stream is not None else []
+        if self.tokens is None and seen:
+            return (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
+        return self.tokens
+
+    def stop_for_shutdown(self, error: ApiError) -> None:
+        """Past --shutdown-timeout: end this request with `error` (a 503, or an error frame mid-stream)."""
+        self.stop_error = error
+        if isinstance(self.stream, StoppableStream):
+            self.stream.stop(error)
 
     async def start_generation(self, requests: list) -> EngineStream:
         """Submit a request's generations (its choices) together; refusals come back as ApiErrors."""
-        self.stream = EngineStream(self.state.runtime.engine, requests, self._first_token)
+        if self.stop_error is not None:  # stopped while the body was parsed or a constraint compiled
+            raise self.stop_error
+        self.stream = StoppableStream(self.state.runtime.engine, requests, self._first_token)
         if self.client_gone:  # closed while the body was parsed or the prompt rendered
             self.stream.aborted = True
         await self.stream.start()
@@ -140,10 +223,13 @@ class GenerationHandler(BaseHandler):
             )
 
     def count_tokens(self, lasts) -> None:
-        for last in lasts:
-            if last is not None:
-                self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
-                self.state.metrics.completion_tokens.inc(last.completion_tokens)
+        """Usage for /metrics and the access log (summed over the request's choices)."""
+        seen = [last for last in lasts if last is not None]
+        for last in seen:
+            self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
+            self.state.metrics.completion_tokens.inc(last.completion_tokens)
+        if seen:
+            self.tokens = (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
 
     def start_sse(self) -> None:
         from lexi.http.sse import HEADERS

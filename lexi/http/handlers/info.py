@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from lexi.http.drain import shutting_down
 from lexi.http.errors import ApiError
 from lexi.http.handlers.base import BaseHandler
 from lexi.http.metrics import CONTENT_TYPE
 
 
 class HealthHandler(BaseHandler):
-    """503 while loading, 200 once ready: the server listens before the weights are in memory."""
+    """503 while loading or shutting down, 200 once ready: the server listens before the weights are in memory."""
 
     route = "health"
     requires_auth = False
@@ -21,6 +22,8 @@ class HealthHandler(BaseHandler):
             raise ApiError(503, f"the model failed to load: {self.state.load_error}", code="model_load_failed")
         if not self.state.ready:
             raise ApiError(503, "the model is loading", code="model_loading")
+        if self.state.drain.draining:  # a load balancer moves traffic away while running requests finish
+            raise shutting_down()
         self.write_json({"status": "ok"})
 
 
