@@ -1,0 +1,110 @@
+"""The soak's server side: start and stop a real `lexi-engine serve`, read its /metrics, name the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+LEXI = str(Path(sys.executable).with_name("lexi-engine"))
+_LISTENING = re.compile(r"listening on (http://\S+)")
+_SETTINGS = ("ONEDNN_", "DNNL_", "OMP_", "MALLOC_")  # environment that changes the server's memory or speed
+
+
+@dataclass(slots=True)
+class StartedServer:
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    description: str
+
+
+def start_server(model: str | None, parallel: int, api_key: str | None, load_timeout: float = 300.0) -> StartedServer:
+    """`lexi-engine serve` on a free port with room for the soak's queue (no 429s: clients wait for a slot)."""
+    args = [LEXI, "serve", "--port", "0", "--parallel", str(parallel), "--queue-wait", "3600", "--ctx-size", "1024"]
+    if model:
+        args += ["-m", model]
+    if api_key:
+        args += ["--api-key", api_key]
+    log = Path(tempfile.mkstemp(prefix="lexi-soak-", suffix=".log")[1])
+    with log.open("w") as fh:
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    settings = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(_SETTINGS)]
+    description = " ".join([*settings, *args[1:]])
+    deadline = time.monotonic() + load_timeout
+    url = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if url is None and (found := _LISTENING.search(log.read_text())):
+            url = found.group(1)
+        if url is not None and _status(url + "/health") == 200:
+            return StartedServer(proc, url, log, description)
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the server was not ready within {load_timeout:g} s:\n{log.read_text()[-3000:]}")
+
+
+def stop_server(server: StartedServer, timeout: float = 60.0) -> int:
+    """SIGTERM (the drain), then the exit status; killed (and -9) if it does not stop in time."""
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        return server.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait()
+        return -9
+    finally:
+        server.log.unlink(missing_ok=True)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def metrics(url: str, api_key: str | None) -> dict[str, float]:
+    """The unlabelled samples of /metrics (gauges such as lexi_kv_blocks_used, process_resident_memory_bytes)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    request = urllib.request.Request(url + "/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        text = resp.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.partition(" ")
+            values[name] = float(value)
+    return values
+
+
+def machine() -> str:
+    """commit, CPU and Python, as bench/RESULTS.md records them."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        commit += "+changes" if dirty.stdout.strip() else ""
+    except OSError:
+        commit = "unknown"
+    cpu = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"commit {commit}; {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
