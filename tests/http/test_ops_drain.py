@@ -76,6 +76,7 @@ def drain_servers():
     launched = {
         "patient": Server("--alias", "ops", "--shutdown-timeout", "120", "--parallel", "2"),
         "impatient": Server("--shutdown-timeout", "1", "--parallel", "3", "--queue-wait", "120"),
+        "hurried": Server("--shutdown-timeout", "300", "--parallel", "1"),
     }
     for server in launched.values():
         server.launch()
@@ -153,6 +154,33 @@ def test_sigterm_past_the_timeout_ends_every_request_with_an_error_it_can_read(d
     assert server.proc.wait(60) == 0
     assert time.monotonic() - started < 30
     assert "stopped 4 request(s) still running" in server.output()
+
+
+def test_a_second_signal_stops_running_requests_at_once(drain_servers):
+    server = drain_servers["hurried"].wait_ready()
+    body = {"prompt": "Once upon a time", "max_tokens": LONG, "ignore_eos": True, "stream": True}
+    stream = RawStream(server, "/v1/completions", body)
+    stream.read_until(b'"text"')
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "shutting down" in server.output())
+    server.proc.send_signal(signal.SIGINT)
+    _, frames = stream.read_to_end()
+    assert data_of(frames[-1])["error"]["code"] == "server_shutting_down"
+    assert server.proc.wait(60) == 0
+    assert time.monotonic() - started < 30  # not the 300 s of --shutdown-timeout
+    assert "SIGINT again: stopping the running requests now" in server.output()
+
+
+def test_a_signal_while_the_model_loads_stops_the_server_cleanly():
+    server = Server().launch()
+    try:
+        wait_for(lambda: port_open(server.port), timeout=120)
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(60) == 0
+        assert "SIGTERM: shutting down" in server.output()
+    finally:
+        server.stop()
 
 
 def test_progress_bar_on_a_terminal_and_sigterm_when_idle():
