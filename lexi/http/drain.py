@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from lexi.engine.request import CompletionDelta
-from lexi.http.errors import ApiError
 from lexi.http.engine_stream import EngineStream
+from lexi.http.errors import ApiError
 
 ABORT_GRACE_S = 10.0  # after the timeout: time for stopped requests to write their error and finish
 
