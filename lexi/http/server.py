@@ -22,6 +22,7 @@ import tornado.netutil
 from lexi.engine.config import EngineConfig
 from lexi.http.app import make_app
 from lexi.http.config import SamplingDefaults, ServerConfig
+from lexi.http.heap_trim import TRIM_INTERVAL_S, heap_trimmer
 from lexi.http.state import load_in_background, prepare_state
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,9 @@ async def _serve(state, gguf_file, load_config) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     load_in_background(state, gguf_file, load_config, loaded)
+    trimming = asyncio.create_task(_trim_heap_periodically())
     await stopped.wait()
+    trimming.cancel()
     if status["signal"]:
         await _drain(state, status["signal"])
     server.stop()
@@ -83,6 +86,17 @@ async def _serve(state, gguf_file, load_config) -> int:
         await loop.run_in_executor(None, state.runtime.engine.shutdown)
     print("lexi-engine: stopped", flush=True)
     return status["code"]
+
+
+async def _trim_heap_periodically() -> None:
+    """Give freed heap memory back every TRIM_INTERVAL_S, on a worker thread (a trim can take tens of ms)."""
+    trim = heap_trimmer()
+    if trim is None:
+        return
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(TRIM_INTERVAL_S)
+        await loop.run_in_executor(None, trim)
 
 
 async def _drain(state, signal_name: str) -> None:
