@@ -82,19 +82,46 @@ class Int4Weight:
         cls, data: np.ndarray | torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int]
     ) -> Int4Weight:
         """Repack GGUF bytes (rows, bytes_per_row) of a Q4_0/Q4_1/Q4_K (N, K) matrix; vectorised over blocks."""
-        qtype = Q(qtype)
-        n, k = (int(s) for s in shape)
-        block, size = GGML_QUANT_SIZES[qtype]
-        if qtype not in INT4_TYPES or k % block:
-            raise ValueError(f"int4 repack needs Q4_0/Q4_1/Q4_K with K % {block} == 0, got {qtype.name} {shape}")
-        raw = torch.from_numpy(np.array(data, dtype=np.uint8, copy=True)) if isinstance(data, np.ndarray) else data
-        q, scale, zero = _q_scale_zero(raw.reshape(n * (k // block), size), qtype)
+        return cls.from_parts([(data, qtype, shape)])
+
+    @classmethod
+    def from_parts(
+        cls, parts: list[tuple[np.ndarray | torch.Tensor, GGMLQuantizationType, tuple[int, int]]]
+    ) -> Int4Weight:
+        """Several matrices with the same K stacked along N (fused q/k/v or gate/up projections): one op call
+        instead of one per matrix, which matters at decode sizes where each call costs more than its bytes."""
+        if not parts:
+            raise ValueError("from_parts needs at least one matrix")
+        qs, scales, zeros = [], [], []
+        k = int(parts[0][2][1])
+        for data, qtype, shape in parts:
+            q, scale, zero = _unpack(data, Q(qtype), (int(shape[0]), int(shape[1])))
+            if q.shape[1] != k:
+                raise ValueError(f"stacked matrices need the same K: {k} vs {q.shape[1]}")
+            qs.append(q)
+            scales.append(scale)
+            zeros.append(zero)
+        q, scale, zero = torch.cat(qs), torch.cat(scales), torch.cat(zeros)
+        n = q.shape[0]
         pad = -n % _N_ALIGN
-        q = torch.nn.functional.pad(q.reshape(n, k).to(torch.int32), (0, 0, 0, pad), value=8)
+        q = torch.nn.functional.pad(q, (0, 0, 0, pad), value=8)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-        sz = torch.stack([scale.reshape(n, k // GROUP), zero.reshape(n, k // GROUP)], dim=-1)
+        sz = torch.stack([scale, zero], dim=-1)
         sz = torch.nn.functional.pad(sz, (0, 0, 0, 0, 0, pad))  # padded rows: scale 0, zero 0
         return cls((n, k), packed, sz.transpose(0, 1).to(torch.bfloat16).contiguous())
+
+
+def _unpack(
+    data: np.ndarray | torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GGUF bytes of one (N, K) matrix -> nibbles (N, K) int32, scale and zero (N, K // 32) float32."""
+    n, k = shape
+    block, size = GGML_QUANT_SIZES[qtype]
+    if qtype not in INT4_TYPES or k % block:
+        raise ValueError(f"int4 repack needs Q4_0/Q4_1/Q4_K with K % {block} == 0, got {qtype.name} {shape}")
+    raw = torch.from_numpy(np.array(data, dtype=np.uint8, copy=True)) if isinstance(data, np.ndarray) else data
+    q, scale, zero = _q_scale_zero(raw.reshape(n * (k // block), size), qtype)
+    return q.reshape(n, k).to(torch.int32), scale.reshape(n, k // GROUP), zero.reshape(n, k // GROUP)
 
 
 def int4_mm(x: torch.Tensor, w: Int4Weight) -> torch.Tensor:

@@ -6,13 +6,19 @@ import torch
 from torch import nn
 
 from lexi.kernels.paged_attention import AttentionMetadata, paged_attention, write_kv
-from lexi.model.linear import QuantLinear
+from lexi.kernels.paged_attention_cpu import attention_rowwise, decode_attention
+from lexi.model.fast_weights import StackedProjection
+from lexi.model.linear import QuantLinear, fast_max_rows
 from lexi.model.norms import RMSNorm
-from lexi.model.rope import RopeTable, apply_rope
+from lexi.model.rope import apply_rope
+from lexi.model.step import StepPlan
 
 
 class Attention(nn.Module):
-    """q/k/v projections (+ qwen2 biases), per-head q/k norms (qwen3, gemma3), rope, paged attention, output."""
+    """q/k/v projections (+ qwen2 biases), per-head q/k norms (qwen3, gemma3), rope, paged attention, output.
+
+    `qkv` (CPU bfloat16 loads of quantized weights) stacks the three projections for decode-sized steps.
+    """
 
     def __init__(
         self,
@@ -31,6 +37,7 @@ class Attention(nn.Module):
         softcap: float = 0.0,
         q_norm: RMSNorm | None = None,
         k_norm: RMSNorm | None = None,
+        qkv: StackedProjection | None = None,
     ) -> None:
         super().__init__()
         self.wq, self.wk, self.wv, self.wo = wq, wk, wv, wo
@@ -38,31 +45,59 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
         self.rope_dim, self.rope_style = rope_dim, rope_style
         self.scale, self.sliding_window, self.softcap = scale, sliding_window, softcap
+        self.qkv = qkv
+        self.qkv_max_rows = fast_max_rows(qkv.weight) if qkv is not None else 0
+        self.qk_norm: RMSNorm | None = None
+        if q_norm is not None and k_norm is not None:
+            # q and k heads normed in one call: each head row gets its own projection's weight.
+            w = torch.cat([q_norm.weight.expand(n_heads, -1), k_norm.weight.expand(n_kv_heads, -1)])
+            self.qk_norm = RMSNorm(w, q_norm.eps)
+
+    def _stacked(self, x: torch.Tensor, force_fast: bool) -> torch.Tensor | None:
+        """(T, (H + 2 KVH) * D): q, k, v side by side from one matmul, for decode-sized steps; else None."""
+        if self.qkv is None or x.dtype != torch.bfloat16 or not (force_fast or x.shape[0] <= self.qkv_max_rows):
+            return None
+        return self.qkv(x)
 
     def forward(
         self,
         x: torch.Tensor,
-        rope: RopeTable,
+        plan: StepPlan,
         meta: AttentionMetadata,
         cache: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.wq(x).view(t, self.n_heads, self.head_dim)
-        k = self.wk(x).view(t, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(t, self.n_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-        if self.k_norm is not None:
-            k = self.k_norm(k)
-        q = apply_rope(q, rope, self.rope_style, self.rope_dim)
-        k = apply_rope(k, rope, self.rope_style, self.rope_dim)
+        t, h, kvh, d = x.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
+        rope = plan.rope_local if self.sliding_window else plan.rope_global
+        stacked = self._stacked(x, plan.deterministic)
+        if stacked is not None:
+            # q and k heads are adjacent columns: norm and rotate them in one go, as (T, H + KVH, D).
+            qk = stacked[:, : (h + kvh) * d].view(t, h + kvh, d)
+            if self.qk_norm is not None:
+                qk = self.qk_norm(qk)
+            qk = apply_rope(qk, rope, self.rope_style, self.rope_dim)
+            q, k, v = qk[:, :h], qk[:, h:], stacked[:, (h + kvh) * d :]
+        else:
+            force = plan.deterministic
+            q = self.wq(x, force).view(t, h, d)
+            k = self.wk(x, force).view(t, kvh, d)
+            v = self.wv(x, force)
+            if self.q_norm is not None:
+                q = self.q_norm(q)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
+            q = apply_rope(q, rope, self.rope_style, self.rope_dim)
+            k = apply_rope(k, rope, self.rope_style, self.rope_dim)
         k_cache, v_cache = cache
-        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        o = paged_attention(
-            q, k_cache, v_cache, meta, scale=self.scale, sliding_window=self.sliding_window, softcap=self.softcap
-        )
-        return self.wo(o.reshape(t, self.n_heads * self.head_dim))
+        write_kv(k, v.reshape(t, kvh, d), k_cache, v_cache, meta.slot_mapping)
+        kwargs = {"scale": self.scale, "sliding_window": self.sliding_window}
+        if plan.deterministic and q.device.type == "cpu":
+            o = attention_rowwise(q, k_cache, v_cache, meta, softcap=self.softcap, **kwargs)
+        elif plan.decode is not None and self.softcap == 0.0:
+            o = decode_attention(q, k_cache, v_cache, plan.decode, **kwargs)
+        else:
+            o = paged_attention(q.contiguous(), k_cache, v_cache, meta, softcap=self.softcap, **kwargs)
+        return self.wo(o.reshape(t, h * d), plan.deterministic)
 
     def extra_repr(self) -> str:
         h = f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}"
-        return f"{h}, window={self.sliding_window}"
+        return f"{h}, window={self.sliding_window}, stacked_qkv={self.qkv is not None}"

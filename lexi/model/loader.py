@@ -10,9 +10,12 @@ import torch
 
 from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
+from lexi.kernels.int8_cpu import Int8Weight, int8_supported
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
-from lexi.model.linear import QuantLinear, TokenEmbedding, dense_weight
+from lexi.model.fast_weights import StackedProjection
+from lexi.model.head import OutputHead
+from lexi.model.linear import BlockEmbedding, QuantLinear, TokenEmbedding, dense_weight
 from lexi.model.mlp import GatedMLP
 from lexi.model.norms import RMSNorm
 from lexi.model.transformer import Block, Transformer
@@ -38,8 +41,13 @@ class LoadConfig:
     # Keep linear weights as GGUF blocks read by lexi.kernels.qmatmul; None = on CUDA only. Forcing it on
     # a CPU runs qmatmul's PyTorch reference (slow), which tests use to check the CUDA path's wiring.
     quantized: bool | None = None
+    # Row-independent paths only (lexi/model/step.py): greedy tokens then do not depend on the batch a request
+    # shares or on prefix-cache hits, at the price of slower prefill (bench/RESULTS.md measures it).
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic must be True or False; got {self.deterministic!r}")
         if self.quantized not in (None, True, False):
             raise ValueError(f"quantized must be None, True or False; got {self.quantized!r}")
         if self.dtype != "auto" and self.dtype not in DTYPES:
@@ -102,7 +110,7 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
     quantized = device.type == "cuda" if config.quantized is None else config.quantized
     bar = _progress_bar(f, progress)
     try:
-        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized)
+        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized, config.deterministic)
     finally:
         if bar is not None:
             bar.close()
@@ -110,34 +118,59 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
 
 
 def _build(
-    f: GGUFFile, args: ModelArgs, t: _Tensors, dtype: torch.dtype, device: torch.device, quantized: bool
+    f: GGUFFile,
+    args: ModelArgs,
+    t: _Tensors,
+    dtype: torch.dtype,
+    device: torch.device,
+    quantized: bool,
+    deterministic: bool = False,
 ) -> Transformer:
+    # The CPU bfloat16 path: decode copies of the quantized weights, stacked per input (lexi/model/fast_weights.py).
+    cpu_fast = device.type == "cpu" and dtype == torch.bfloat16 and not quantized
+
+    def stacked(names: list[str], bias: bool = False) -> StackedProjection | None:
+        if not cpu_fast:
+            return None
+        biases = [f.tensors[f"{n}.bias"] for n in names] if bias else None
+        return StackedProjection.build([f.tensors[f"{n}.weight"] for n in names], biases)
+
     def norm(name: str, size: int) -> RMSNorm:
         info = t.get(name)
         _check_shape(f, info, (size,))
         return RMSNorm(dequantize_tensor(info).to(device), args.norm_eps)
 
-    def linear(name: str, out_f: int, in_f: int, bias: bool = False) -> QuantLinear:
+    def linear(name: str, out_f: int, in_f: int, bias: bool = False, fast: bool = True) -> QuantLinear:
         info = t.get(f"{name}.weight")
         _check_shape(f, info, (out_f, in_f))
         b = t.get(f"{name}.bias") if bias else None
-        return QuantLinear.from_gguf(info, dtype, device, bias=b, quantized=quantized)
+        return QuantLinear.from_gguf(info, dtype, device, bias=b, quantized=quantized, fast=fast)
 
     a = args
     emb_info = t.get("token_embd.weight")
     _check_shape(f, emb_info, (a.vocab_size, a.dim))
-    # On a CPU the output layer stays float32 whatever the compute dtype: a bfloat16 result has 8 bits of
-    # mantissa, so logits near 20 would be rounded to steps of 0.125 and near-ties would become exact ties.
+    head_info = emb_info if a.tied_output else t.get("output.weight")
+    _check_shape(f, head_info, (a.vocab_size, a.dim))
+    # The CPU bfloat16 path reads an int8 copy of a quantized head with float32 logits (lexi/model/head.py);
+    # the embedding then keeps the file's blocks and dequantizes the rows it looks up.
+    int8_head = cpu_fast and head_info.qtype.name not in ("F32", "F16", "BF16") and int8_supported()
+    # Otherwise on a CPU the output layer stays float32 whatever the compute dtype: a bfloat16 result has 8 bits
+    # of mantissa, so logits near 20 would be rounded to steps of 0.125 and near-ties would become exact ties.
     head_dtype = dtype if quantized else torch.float32
-    embed_dtype = head_dtype if a.tied_output else dtype
-    embed = TokenEmbedding(dense_weight(emb_info, embed_dtype, device), a.embed_scale, dtype)
+    # Rows come out in the residual stream's dtype (float32 on a CPU, see Transformer).
+    rows_dtype = torch.float32 if device.type == "cpu" else dtype
+    if int8_head and emb_info.qtype.name not in ("F32", "F16", "BF16"):
+        embed = BlockEmbedding(emb_info, a.embed_scale, rows_dtype)
+    else:
+        embed_dtype = head_dtype if a.tied_output and not int8_head else dtype
+        embed = TokenEmbedding(dense_weight(emb_info, embed_dtype, device), a.embed_scale, rows_dtype)
     blocks = []
     for i in range(a.n_layers):
         p = f"blk.{i}"
         attn = Attention(
-            linear(f"{p}.attn_q", a.q_dim, a.dim, a.qkv_bias),
-            linear(f"{p}.attn_k", a.kv_dim, a.dim, a.qkv_bias),
-            linear(f"{p}.attn_v", a.kv_dim, a.dim, a.qkv_bias),
+            linear(f"{p}.attn_q", a.q_dim, a.dim, a.qkv_bias, fast=False),
+            linear(f"{p}.attn_k", a.kv_dim, a.dim, a.qkv_bias, fast=False),
+            linear(f"{p}.attn_v", a.kv_dim, a.dim, a.qkv_bias, fast=False),
             linear(f"{p}.attn_output", a.dim, a.q_dim),
             n_heads=a.n_heads,
             n_kv_heads=a.n_kv_heads,
@@ -149,12 +182,14 @@ def _build(
             softcap=a.attn_softcap,
             q_norm=norm(f"{p}.attn_q_norm.weight", a.head_dim) if a.qk_norm else None,
             k_norm=norm(f"{p}.attn_k_norm.weight", a.head_dim) if a.qk_norm else None,
+            qkv=stacked([f"{p}.attn_q", f"{p}.attn_k", f"{p}.attn_v"], a.qkv_bias),
         )
         mlp = GatedMLP(
-            linear(f"{p}.ffn_gate", a.ffn_dim, a.dim),
-            linear(f"{p}.ffn_up", a.ffn_dim, a.dim),
+            linear(f"{p}.ffn_gate", a.ffn_dim, a.dim, fast=False),
+            linear(f"{p}.ffn_up", a.ffn_dim, a.dim, fast=False),
             linear(f"{p}.ffn_down", a.dim, a.ffn_dim),
             a.activation,
+            gate_up=stacked([f"{p}.ffn_gate", f"{p}.ffn_up"]),
         )
         blocks.append(
             Block(
@@ -166,20 +201,18 @@ def _build(
                 norm(f"{p}.post_ffw_norm.weight", a.dim) if a.sandwich_norm else None,
             )
         )
-    if a.tied_output:
-        if quantized:
-            output = QuantLinear.from_gguf(emb_info, dtype, device, quantized=True)
-        else:  # share the embedding's dense matrix: no second copy of the largest tensor
-            output = QuantLinear(embed.weight.data, None)
+    if int8_head:
+        output = OutputHead(None, Int8Weight.from_dense(dequantize_tensor(head_info), torch.float32))
+    elif a.tied_output and not quantized:  # share the embedding's dense matrix: no second copy of the largest tensor
+        output = OutputHead(QuantLinear(embed.weight.data, None))
     else:
-        info = t.get("output.weight")
-        _check_shape(f, info, (a.vocab_size, a.dim))
-        output = QuantLinear.from_gguf(info, head_dtype, device, quantized=quantized)
+        output = OutputHead(QuantLinear.from_gguf(head_info, head_dtype, device, quantized=quantized))
     freq_factors = None
     if a.has_rope_freqs:
         info = t.get("rope_freqs.weight")
         _check_shape(f, info, (a.rope_dim // 2,))
         freq_factors = dequantize_tensor(info)
+    final_norm = norm("output_norm.weight", a.dim)
     return Transformer(
-        args, embed, blocks, norm("output_norm.weight", a.dim), output, dtype, device, rope_freq_factors=freq_factors
+        args, embed, blocks, final_norm, output, dtype, device, freq_factors, deterministic=deterministic
     )

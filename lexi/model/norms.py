@@ -19,10 +19,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(weight.to(torch.float32), requires_grad=False)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.to(torch.float32)
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The result in `out_dtype` (default: x's): a float32 residual stream feeds bfloat16 matmuls directly."""
+        h = x if x.dtype == torch.float32 else x.to(torch.float32)  # skipping the no-op call saves its dispatch
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (h * self.weight).to(x.dtype)
+        h = h * self.weight
+        out_dtype = out_dtype or x.dtype
+        return h if out_dtype == torch.float32 else h.to(out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -12,13 +12,20 @@ from dataclasses import dataclass
 
 import torch
 
+ROPE_CHUNK = 1024  # positions per computed piece of a RopeCache (a multiple of every SIMD width)
+
 
 @dataclass(frozen=True, slots=True)
 class RopeTable:
-    """cos and sin (T, rope_dim/2) float32 for this step's positions, shared by every layer that uses them."""
+    """The rotation of this step's T positions, shared by every layer that uses it.
 
-    cos: torch.Tensor
-    sin: torch.Tensor
+    `cos_full` and `sin_signed` (T, 1, rope_dim) float32 spread cos and sin over both members of each rotated
+    pair, in the table's own layout, so rotating is x * cos_full + partner(x) * sin_signed.
+    """
+
+    cos_full: torch.Tensor
+    sin_signed: torch.Tensor
+    style: str
 
 
 def inverse_frequencies(rope_dim: int, base: float, freq_factors: torch.Tensor | None = None) -> torch.Tensor:
@@ -29,27 +36,79 @@ def inverse_frequencies(rope_dim: int, base: float, freq_factors: torch.Tensor |
     return inv
 
 
-def rope_table(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0) -> RopeTable:
+def _spread(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, d/2) cos and sin -> (T, d) cos_full and sin_signed in the style's pair layout."""
+    if style == "neox":  # pairs (i, i + d/2): [a, b] -> [a cos - b sin, b cos + a sin]
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+    return torch.stack((cos, cos), dim=-1).flatten(-2), torch.stack((-sin, sin), dim=-1).flatten(-2)
+
+
+def rope_table(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0, style: str = "neox") -> RopeTable:
     """Angles p * scale * inv_freq; `scale` < 1 is linear position interpolation."""
     pos = positions.to(torch.float32)
     if scale != 1.0:
         pos = pos * scale
     angles = pos[:, None] * inv_freq.to(pos.device)[None, :]
-    return RopeTable(torch.cos(angles), torch.sin(angles))
+    cos_full, sin_signed = _spread(torch.cos(angles), torch.sin(angles), style)
+    return RopeTable(cos_full[:, None, :], sin_signed[:, None, :], style)
+
+
+class RopeCache:
+    """The rotation of every position, computed once in pieces of ROPE_CHUNK positions and looked up per step.
+
+    Why a cache: a lookup is two index_selects per step instead of cos, sin and the spreading ops; and it
+    makes a position's rotation independent of the batch it is in. Vectorized cos/sin and their scalar tail
+    loop may round differently, so computing a step's positions together would let the same position get a
+    different rotation when it falls in a different place of the batch; here it is always computed at the
+    same place of the same piece.
+    """
+
+    def __init__(self, inv_freq: torch.Tensor, scale: float, style: str) -> None:
+        self.inv_freq, self.scale, self.style = inv_freq, scale, style
+        width = 2 * inv_freq.numel()
+        self.cos_full = torch.empty(0, width, device=inv_freq.device)
+        self.sin_signed = torch.empty(0, width, device=inv_freq.device)
+
+    def _grow(self, positions_needed: int) -> None:
+        pieces_c, pieces_s = [self.cos_full], [self.sin_signed]
+        start = self.cos_full.shape[0]
+        while start < positions_needed:
+            pos = torch.arange(start, start + ROPE_CHUNK, device=self.inv_freq.device)
+            t = rope_table(pos, self.inv_freq, self.scale, self.style)
+            pieces_c.append(t.cos_full[:, 0])
+            pieces_s.append(t.sin_signed[:, 0])
+            start += ROPE_CHUNK
+        self.cos_full, self.sin_signed = torch.cat(pieces_c), torch.cat(pieces_s)
+
+    def table(self, positions: torch.Tensor, max_position: int) -> RopeTable:
+        """The RopeTable of `positions` (T,), all of which are <= max_position."""
+        if max_position >= self.cos_full.shape[0]:
+            self._grow(max_position + 1)
+        cos = self.cos_full.index_select(0, positions)
+        sin = self.sin_signed.index_select(0, positions)
+        return RopeTable(cos[:, None, :], sin[:, None, :], self.style)
+
+
+def _partner(x: torch.Tensor, style: str) -> torch.Tensor:
+    """Each element's rotation partner: [b, a] for neox halves, (b, a) within each adjacent pair otherwise."""
+    if style == "neox":
+        return x.roll(x.shape[-1] // 2, dims=-1)
+    return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
 
 
 def apply_rope(x: torch.Tensor, table: RopeTable, style: str, rope_dim: int) -> torch.Tensor:
-    """Rotate the first `rope_dim` dims of each head of x (T, H, D); math in float32, result in x's dtype."""
-    rot = x[..., :rope_dim].to(torch.float32)
-    cos, sin = table.cos[:, None, :], table.sin[:, None, :]
-    if style == "neox":
-        half = rope_dim // 2
-        a, b = rot[..., :half], rot[..., half:]
-        out = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
-    else:
-        a, b = rot[..., 0::2], rot[..., 1::2]
-        out = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
-    out = out.to(x.dtype)
+    """Rotate the first `rope_dim` dims of each head of x (T, H, D); math in float32, result in x's dtype.
+
+    Per pair (a, b): (a cos - b sin, b cos + a sin), written as x * cos + partner(x) * (-sin, +sin): the same
+    products and one addition per element, so the result is bit for bit the textbook formula.
+    """
+    if style != table.style:
+        raise ValueError(f"the table was built for {table.style!r} rope, not {style!r}")
+    rot = x if rope_dim == x.shape[-1] else x[..., :rope_dim]
+    # Products with the float32 tables promote bfloat16 inputs exactly, so no cast is needed first. Not addcmul:
+    # its fused multiply-add rounds once where the formula rounds twice (1 ulp apart).
+    out = rot * table.cos_full + _partner(rot, style) * table.sin_signed
+    out = out if out.dtype == x.dtype else out.to(x.dtype)
     if rope_dim == x.shape[-1]:
         return out
     return torch.cat((out, x[..., rope_dim:]), dim=-1)

@@ -8,16 +8,21 @@ from torch import nn
 from lexi.kernels.paged_attention import AttentionMetadata
 from lexi.model.args import ModelArgs
 from lexi.model.attention import Attention
-from lexi.model.linear import QuantLinear, TokenEmbedding
+from lexi.model.head import OutputHead
 from lexi.model.mlp import GatedMLP
 from lexi.model.norms import RMSNorm
-from lexi.model.rope import RopeTable, inverse_frequencies, rope_table
+from lexi.model.rope import RopeCache, inverse_frequencies
+from lexi.model.step import StepPlan
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 class Block(nn.Module):
-    """Pre-norm residual block; gemma3 adds norms on the attention and MLP outputs (sandwich norms)."""
+    """Pre-norm residual block; gemma3 adds norms on the attention and MLP outputs (sandwich norms).
+
+    The residual stream x may be wider than the compute dtype (float32 on a CPU): the norms then read it as
+    it is and hand the matmuls `dtype`, and each block's output is added at full precision.
+    """
 
     def __init__(
         self,
@@ -27,21 +32,23 @@ class Block(nn.Module):
         mlp: GatedMLP,
         post_attn_norm: RMSNorm | None = None,
         post_ffn_norm: RMSNorm | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.attn_norm, self.attn, self.ffn_norm, self.mlp = attn_norm, attn, ffn_norm, mlp
         self.post_attn_norm, self.post_ffn_norm = post_attn_norm, post_ffn_norm
+        self.dtype = dtype  # the matmuls' input dtype; None: the residual stream's
 
     def forward(
-        self, x: torch.Tensor, rope: RopeTable, meta: AttentionMetadata, cache: tuple[torch.Tensor, torch.Tensor]
+        self, x: torch.Tensor, plan: StepPlan, meta: AttentionMetadata, cache: tuple[torch.Tensor, torch.Tensor]
     ) -> torch.Tensor:
-        h = self.attn(self.attn_norm(x), rope, meta, cache)
+        h = self.attn(self.attn_norm(x, self.dtype), plan, meta, cache)
         if self.post_attn_norm is not None:
-            h = self.post_attn_norm(h)
+            h = self.post_attn_norm(h, x.dtype)
         x = x + h
-        h = self.mlp(self.ffn_norm(x))
+        h = self.mlp(self.ffn_norm(x, self.dtype), plan.deterministic)
         if self.post_ffn_norm is not None:
-            h = self.post_ffn_norm(h)
+            h = self.post_ffn_norm(h, x.dtype)
         return x + h
 
 
@@ -51,13 +58,14 @@ class Transformer(nn.Module):
     def __init__(
         self,
         args: ModelArgs,
-        embed: TokenEmbedding,
+        embed: nn.Module,
         blocks: list[Block],
         norm: RMSNorm,
-        output: QuantLinear,
+        output: OutputHead,
         dtype: torch.dtype,
         device: torch.device,
         rope_freq_factors: torch.Tensor | None = None,
+        deterministic: bool = False,
     ) -> None:
         super().__init__()
         self.args, self.dtype, self.device = args, dtype, device
@@ -65,14 +73,22 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.norm = norm
         self.output = output
-        self.register_buffer(
-            "inv_freq_global",
-            inverse_frequencies(args.rope_dim, args.rope_base, rope_freq_factors).to(device),
-            persistent=False,
-        )
-        self.register_buffer(
-            "inv_freq_local", inverse_frequencies(args.rope_dim, args.rope_base_local).to(device), persistent=False
-        )
+        # On a CPU the residual stream stays float32 (measured: no slower, since the norms then skip a cast, and
+        # the sums are exact at float32); on CUDA it is the compute dtype.
+        self.residual_dtype = torch.float32 if device.type == "cpu" else dtype
+        for block in self.blocks:
+            block.dtype = dtype
+        # --deterministic: only row-independent paths (lexi/model/step.py), so a request's tokens do not
+        # depend on the batch it shares or on prefix-cache hits.
+        self.deterministic = deterministic
+        inv_global = inverse_frequencies(args.rope_dim, args.rope_base, rope_freq_factors).to(device)
+        self.rope_global = RopeCache(inv_global, args.rope_scale, args.rope_style)
+        # Sliding-window layers (gemma3) have their own base and are never position-scaled.
+        self.rope_local = None
+        if any(args.layer_windows):
+            inv_local = inverse_frequencies(args.rope_dim, args.rope_base_local).to(device)
+            self.rope_local = RopeCache(inv_local, 1.0, args.rope_style)
+        self.windows = frozenset(args.layer_windows)
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
         """One (k, v) pair per layer, each (num_blocks, block_size, n_kv_heads, head_dim) in the compute dtype."""
@@ -92,19 +108,21 @@ class Transformer(nn.Module):
         a = self.args
         if len(kv_cache) != a.n_layers:
             raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model {a.n_layers}")
-        x = self.embed(tokens)
-        rope_global = rope_table(meta.positions, self.inv_freq_global, a.rope_scale)
-        # Sliding-window layers (gemma3) have their own base and are never position-scaled.
-        rope_local = rope_table(meta.positions, self.inv_freq_local) if any(a.layer_windows) else rope_global
-        for block, cache, window in zip(self.blocks, kv_cache, a.layer_windows, strict=True):
-            x = block(x, rope_local if window else rope_global, meta, cache)
+        x = self.embed(tokens).to(self.residual_dtype)
+        plan = StepPlan.build(
+            meta,
+            self.rope_global,
+            self.rope_local,
+            cpu=x.device.type == "cpu",
+            block_size=kv_cache[0][0].shape[1],
+            windows=self.windows,
+            deterministic=self.deterministic,
+        )
+        for block, cache in zip(self.blocks, kv_cache, strict=True):
+            x = block(x, plan, meta, cache)
         if meta.logit_rows is not None:
             x = x[meta.logit_rows]
-        # Logits are computed from float32 inputs (quantized head) or in the dense head's own dtype (float32
-        # on a CPU): a bfloat16 result would round logits near 20 to steps of 0.125 and turn near-ties into ties.
-        h = self.norm(x)
-        h = h.to(torch.float32 if self.output.qweight is not None else self.output.weight.dtype)
-        logits = self.output(h).to(torch.float32)
+        logits = self.output(self.norm(x, self.dtype), plan.deterministic)
         if a.final_softcap > 0.0:
             logits = a.final_softcap * torch.tanh(logits / a.final_softcap)
         return logits

@@ -46,30 +46,34 @@ def test_repack_rejects_other_types():
     assert Q.Q8_0 not in INT4_TYPES
 
 
-def _set_int4_rows(model, rows: int) -> list[int]:
-    layers = [mod for mod in model.modules() if isinstance(mod, QuantLinear)]
-    old = [mod.int4_max_rows for mod in layers]
-    for mod in layers:
-        mod.int4_max_rows = rows
+def _set_fast_rows(model, rows: int) -> list[tuple[object, str, int]]:
+    """Every decode-path threshold (single layers, stacked q/k/v and gate/up) set to `rows`; the old values."""
+    old = []
+    for mod in model.modules():
+        for attr in ("fast_max_rows", "qkv_max_rows", "gate_up_max_rows"):
+            if hasattr(mod, attr):
+                old.append((mod, attr, getattr(mod, attr)))
+                setattr(mod, attr, rows)
     return old
 
 
 def test_smollm2_bf16_keeps_int4_and_forced_paths_agree(smollm2_model, smollm2_tokenizer):
     model = smollm2_model
     assert model.dtype == torch.bfloat16  # the default CPU load
-    int4_layers = [mod for mod in model.modules() if isinstance(mod, QuantLinear) and mod.int4 is not None]
-    assert len(int4_layers) == 7 * model.args.n_layers  # every Q4_1 linear layer; the fp32 tied output is not
-    layer = int4_layers[0]
-    assert layer.use_int4(1) and not layer.use_int4(layer.int4_max_rows + 1)
+    fast = [mod for mod in model.modules() if isinstance(mod, QuantLinear) and isinstance(mod.fast, Int4Weight)]
+    assert len(fast) == 2 * model.args.n_layers  # attn_output and ffn_down; q/k/v and gate/up are stacked
+    stacked = [b.attn.qkv for b in model.blocks] + [b.mlp.gate_up for b in model.blocks]
+    assert all(isinstance(s.weight, Int4Weight) for s in stacked)  # every Q4_1 linear layer
+    layer = fast[0]
+    assert layer.use_fast(1) and not layer.use_fast(layer.fast_max_rows + 1) and layer.use_fast(1000, force=True)
     ids = smollm2_tokenizer.encode("The capital of France is")
     config = GenerateConfig(n_predict=12, stop_at_eog=False)
-    layers = [mod for mod in model.modules() if isinstance(mod, QuantLinear)]
-    old = _set_int4_rows(model, 0)
+    old = _set_fast_rows(model, 0)
     try:
         dense = list(generate_tokens(model, ids, greedy, config))
-        _set_int4_rows(model, 1 << 30)  # int4 for the prefill too
+        _set_fast_rows(model, 1 << 30)  # int4 for the prefill too
         int4 = list(generate_tokens(model, ids, greedy, config))
     finally:
-        for mod, rows in zip(layers, old, strict=True):
-            mod.int4_max_rows = rows
+        for mod, attr, rows in old:
+            setattr(mod, attr, rows)
     assert int4 == dense, (smollm2_tokenizer.decode(int4), smollm2_tokenizer.decode(dense))

@@ -1,0 +1,136 @@
+"""CPU attention for decode steps, and the row-by-row attention that `--deterministic` relies on.
+
+A decode step (every sequence adds one token) runs attention once per layer over the same block tables, so
+what can be worked out once is, in `DecodeBatch`: which blocks each sequence reads, whether a lone
+sequence's blocks are consecutive in the pool (then its keys are a view, not a gather), and the masks of the
+padded batch. Each layer then makes a gather (or none), one `scaled_dot_product_attention`, and no Python
+loop over sequences.
+
+`attention_rowwise` answers a different question: the same row must get bit-identical output whether it is
+decoded alone, decoded beside other sequences, or prefilled in a chunk of any length after a prefix-cache
+hit. So every row attends on its own, with a query of one row and exactly its own keys (no padding, no
+mask): the kernel then sees the same shapes and values in every case. It is slower (a call per row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lexi.kernels.paged_attention import AttentionMetadata, gather_kv
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeBatch:
+    """What every layer of one decode step shares: B sequences, each adding its token at position len - 1."""
+
+    lengths: tuple[int, ...]  # keys of each sequence after this step (cached + the new token)
+    blocks: torch.Tensor | None  # (B, n_blocks) int64 block ids to gather; None: one sequence, consecutive blocks
+    first_block: int  # the lone sequence's first block when `blocks` is None
+    pad_slots: torch.Tensor | None  # flat slots of the gathered (B * n_blocks * block_size) rows past each length
+    masks: dict[int, torch.Tensor | None]  # sliding window (0 = none) -> (B, 1, 1, keys) bool, None = all keys
+
+    @classmethod
+    def build(cls, meta: AttentionMetadata, block_size: int, windows: frozenset[int]) -> DecodeBatch | None:
+        """The plan of a step where every sequence adds exactly one token; None for any other step."""
+        qs = meta.query_start_host
+        if meta.num_seqs == 0 or any(qs[s + 1] - qs[s] != 1 for s in range(meta.num_seqs)):
+            return None
+        lengths = tuple(meta.seq_lens_host)
+        n_blocks = -(-max(lengths) // block_size)
+        tables = meta.block_tables[:, :n_blocks]
+        if len(lengths) == 1:
+            ids = tables[0].tolist()
+            if ids == list(range(ids[0], ids[0] + n_blocks)):
+                return cls(lengths, None, ids[0], None, {})
+            return cls(lengths, tables.long(), 0, None, {})
+        width = n_blocks * block_size
+        key_pos = torch.arange(width, device=tables.device)[None, :]
+        length = torch.tensor(lengths, device=tables.device)[:, None]
+        masks = {}
+        for window in windows:
+            allowed = key_pos < length
+            if window > 0:
+                allowed &= key_pos >= length - window
+            masks[window] = allowed[:, None, None, :]
+        # Stale slots past a sequence's length (freed blocks) are masked out, but a masked NaN would still poison
+        # the weighted sum of values: they are zeroed in the gathered copy.
+        pad = (key_pos >= length).flatten().nonzero().flatten()
+        return cls(lengths, tables.long(), 0, pad if pad.numel() else None, masks)
+
+    def keys(self, cache: torch.Tensor) -> torch.Tensor:
+        """One layer's cache rows for every sequence: (B, keys, n_kv_heads, head_dim)."""
+        if self.blocks is None:
+            n = self.lengths[0]
+            flat = cache.view(-1, *cache.shape[2:])
+            start = self.first_block * cache.shape[1]
+            return flat[start : start + n].unsqueeze(0)
+        rows = cache[self.blocks]  # (B, n_blocks, block_size, KVH, D)
+        rows = rows.view(rows.shape[0], -1, *cache.shape[2:])
+        if len(self.lengths) == 1:
+            return rows[:, : self.lengths[0]]
+        if self.pad_slots is not None:
+            rows.view(-1, *cache.shape[2:]).index_fill_(0, self.pad_slots, 0.0)
+        return rows
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    batch: DecodeBatch,
+    *,
+    scale: float,
+    sliding_window: int = 0,
+) -> torch.Tensor:
+    """q (B, H, D), one row per sequence, over its cached keys (this step's already written) -> (B, H, D)."""
+    k = batch.keys(k_cache)
+    v = batch.keys(v_cache)
+    mask = None
+    if len(batch.lengths) == 1:
+        if sliding_window > 0 and k.shape[1] > sliding_window:
+            k, v = k[:, -sliding_window:], v[:, -sliding_window:]
+    else:
+        mask = batch.masks[sliding_window]
+    o = F.scaled_dot_product_attention(
+        q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale, enable_gqa=True
+    )
+    return o.squeeze(2)
+
+
+def attention_rowwise(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """Same contract as `paged_attention_ref`, each row computed alone over exactly the keys it may see."""
+    out = torch.empty_like(q)
+    for s in range(meta.num_seqs):
+        start, end = meta.query_start_host[s], meta.query_start_host[s + 1]
+        if end == start:
+            continue
+        length = meta.seq_lens_host[s]
+        # (KVH, L, D), contiguous: every row's keys are then a slice of the same layout, alone or in a chunk.
+        k = gather_kv(k_cache, meta.block_tables[s], length).transpose(0, 1).contiguous()
+        v = gather_kv(v_cache, meta.block_tables[s], length).transpose(0, 1).contiguous()
+        for row in range(start, end):
+            p = length - (end - row)  # this row's position
+            lo = max(0, p - sliding_window + 1) if sliding_window > 0 else 0
+            ks, vs = k[None, :, lo : p + 1], v[None, :, lo : p + 1]
+            qs = q[row][None, :, None, :]
+            if softcap > 0.0:
+                group = q.shape[1] // k.shape[0]
+                ks, vs = ks.repeat_interleave(group, dim=1).float(), vs.repeat_interleave(group, dim=1).float()
+                scores = (qs.float() @ ks.transpose(-1, -2)) * scale
+                o = torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1) @ vs
+            else:
+                o = F.scaled_dot_product_attention(qs, ks, vs, scale=scale, enable_gqa=True)
+            out[row] = o[0, :, 0].to(q.dtype)
+    return out
