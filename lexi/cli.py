@@ -63,6 +63,11 @@ def _json_object(ctx, param, value):
     "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True
 )
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
+)
 @click.option("--api-key", multiple=True, help="Bearer key required on every route but /health; repeatable.")
 @click.option("--api-key-file", default=None, help="A file of keys, one a line.")
 @click.option(
@@ -147,7 +152,7 @@ def serve_command(**opts) -> None:
     def load():  # imports torch: only after the model file and the template have passed their checks
         from lexi.model.loader import LoadConfig
 
-        return LoadConfig(dtype=opts["dtype"], device=opts["device"])
+        return LoadConfig(dtype=opts["dtype"], device=opts["device"], deterministic=opts["deterministic"])
 
     try:
         code = serve(config, sampling, engine, load)
@@ -195,8 +200,15 @@ def models_command() -> None:
     "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True
 )
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
-def generate_command(model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, as_json) -> None:
+def generate_command(
+    model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, as_json
+) -> None:
     """Continue one prompt with the model and print the text (no server)."""
     import json
     import sys
@@ -211,7 +223,7 @@ def generate_command(model_name, prompt, n_predict, temp, top_k, top_p, min_p, s
     from lexi.model.loader import LoadConfig, load_model
 
     try:
-        load = LoadConfig(dtype=dtype, device=device)
+        load = LoadConfig(dtype=dtype, device=device, deterministic=deterministic)
         gen = GenerateConfig(n_predict=n_predict)
         params = SamplingParams(
             temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max(n_predict, 1)

@@ -1,7 +1,7 @@
 """Real servers, each started once for the tests of this folder (and stopped after them, so that the
 model tests that follow have the memory): the main one (aliases, an API key, the GGUF's ChatML
-template, one slot and no queue), one with a thinking template and sampling defaults (no alias), a
-one-slot server with --queue-wait and --reasoning-format none, a tool-calling one (a Hermes-style
+template, one slot and no queue, --deterministic), one with a thinking template and sampling defaults (no
+alias), a one-slot server with --queue-wait and --reasoning-format none, a tool-calling one (a Hermes-style
 template that renders tools, float32 so that a request gives the same tokens whatever shares its
 steps, four slots), and Gemma 3 with a turn template. Each is launched on first use of the set it
 belongs to, and a set's model loads overlap."""
@@ -34,9 +34,11 @@ def thinking_template_file(tmp_path_factory):
 def servers(thinking_template_file):
     """All servers, launched at once; a test waits only for the one it uses."""
     launched = {
-        # one slot and no queue: also the server of the busy (429) and disconnect tests
+        # one slot and no queue: also the server of the busy (429) and disconnect tests. --deterministic: a
+        # repeated greedy request gives the same text after its prefix is cached.
         "main": Server(
-            "--alias", "main", "--alias", "client-main", "--api-key", API_KEY, "--parallel", "1", api_key=API_KEY
+            "--alias", "main", "--alias", "client-main", "--api-key", API_KEY, "--parallel", "1", "--deterministic",
+            api_key=API_KEY,
         ),
         "thinking": Server(
             "--chat-template-file", str(thinking_template_file),
