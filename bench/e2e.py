@@ -1,192 +1,99 @@
-"""End-to-end throughput: LexiEngine beside llama-cpp-python, same model file, same threads, same run.
+"""End-to-end throughput, fair: llama.cpp and LexiEngine on the same GGUF file, each engine in its own process.
 
-llama-bench conventions: pp512 is one 512-token prompt of random tokens processed at once, tg128 is
-128 tokens decoded one at a time (batch 1) after a one-token prompt; each is repeated and the
-median reported, after one untimed warm-up. Both peers decode greedily and read back the logits of
-every step, so neither skips work the other does. LexiEngine is measured through its public API
-(`Engine.generate`), so the step loop, sampler and streaming are all in the figure. Repetitions of
-the two peers are interleaved, so a busy neighbour on a shared machine slows both alike.
+Every engine gets its own process and its own environment, as its users run it:
+  - llama.cpp: llama-cpp-python in a worker process with the environment this script was started with (this
+    script sets nothing), 2 threads. On CPUs with AMX the -march=native build that `make` installs segfaults on
+    any batch of more than one token (ggml_backend_amx_mul_mat; ggml-org/llama.cpp#20824): a row where it
+    crashes is measured with the AVX-512 build without AMX that `make bench-peer` installs in bench/.llama-noamx,
+    and the table says which build served each row.
+  - LexiEngine serve: `lexi-engine serve` as a subprocess, driven over HTTP (token-id prompts to
+    /v1/completions, streamed with SSE for the decode rows), so HTTP and the event-loop handoff are in the figure.
+  - LexiEngine in-process: the engine API in its own worker process (bench/e2e_workers.py), no HTTP.
+Rows (llama-bench's conventions; median of --reps after a warm-up; repetitions of the engines interleaved so a
+busy neighbour slows them alike): pp512 (a 512-token prompt to its first token), tg128 (128 tokens one at a
+time after a 1-token prompt), decode xN (N concurrent streams, 16-token prompts, 128 tokens each, aggregate
+tok/s), ttft128 (a 128-token prompt to its first token, ms). Prompts are random ordinary tokens, new every time
+(no prefix-cache hits). The ratio is LexiEngine's speed over llama.cpp's (> 1: LexiEngine faster).
 
-Then aggregate decode throughput with 1, 4 and 8 concurrent sequences (16-token prompts, 128 new
-tokens each): for LexiEngine, concurrent `generate` calls; for llama.cpp, one multi-sequence
-`llama_batch` per step (its server's continuous batching, without the HTTP layer).
+    .venv/bin/python bench/e2e.py [--models smollm2-135m-instruct gemma3-270m] [--reps 5] [--no-append]
 
-    .venv/bin/python bench/e2e.py [--models smollm2-135m-instruct gemma3-270m] [--reps 5] [--threads 2]
-
-Prints a table and appends it to bench/RESULTS.md with the date, commit and machine.
+Prints the table and appends it, with the date, commit, machine and load averages, to bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import os
 import platform
+import random
 import statistics
 import subprocess
-import time
+import sys
 from pathlib import Path
 
-# Idle OpenMP workers sleep instead of spinning: on a shared machine spinning threads fight the other
-# processes for the cores (measured: 2-thread decode 1.7 s/step spinning vs 0.17 s passive under load 6).
-# libgomp reads this once, when torch loads it, so it is set before the import.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from e2e_engines import LexiServer, LlamaCpp, Worker
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from lexi.engine.config import EngineConfig  # noqa: E402
-from lexi.engine.engine import Engine  # noqa: E402
-from lexi.engine.request import GenerationRequest  # noqa: E402
-from lexi.engine.sampling import SamplingParams  # noqa: E402
-from lexi.gguf.bundled import resolve_model  # noqa: E402
-from lexi.gguf.reader import read_gguf  # noqa: E402
-from lexi.gguf.tokenizer import Tokenizer  # noqa: E402
-from lexi.model.loader import LoadConfig, load_model  # noqa: E402
-
-PP, TG, CONC_PROMPT = 512, 128, 16
-CONCURRENCY = (1, 4, 8)
-RESULTS = Path(__file__).with_name("RESULTS.md")
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "RESULTS.md"
+PP, TG, TTFT_PROMPT, STREAM_PROMPT = 512, 128, 128, 16
+STREAMS = (1, 4, 8, 16)
 
 
-def random_prompt(rng: np.random.Generator, vocab: int, n: int) -> list[int]:
-    """Ordinary tokens (ids 1000..vocab/2): no control tokens, and a new prompt every time (no cache hits)."""
-    return rng.integers(1000, vocab // 2, size=n).tolist()
+def rows_to_run() -> list[tuple[str, str, int, int]]:
+    """(label, op, prompt length, streams)."""
+    rows = [("pp512", "pp", PP, 1), ("tg128", "tg", 1, 1)]
+    rows += [(f"decode x{n}", "decode", STREAM_PROMPT, n) for n in STREAMS]
+    return rows + [("ttft128 (ms)", "pp", TTFT_PROMPT, 1)]
 
 
-class Lexi:
-    def __init__(self, path: Path, dtype: str) -> None:
-        f = read_gguf(path)
-        self.tok = Tokenizer.from_gguf(f)
-        self.model = load_model(f, LoadConfig(dtype=dtype))
-        self.vocab = self.model.args.vocab_size
-        config = EngineConfig(parallel=max(CONCURRENCY), ctx_size=PP + TG + 16, batch_size=PP)
-        self.engine = Engine(self.model, self.tok, config)
-        self.engine.start()
-
-    def _generate(self, prompts: list[list[int]], max_tokens: int) -> float:
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-
-        async def one(p):
-            n = 0
-            async for delta in self.engine.generate(GenerationRequest(p, params)):
-                n += len(delta.token_ids)
-            assert n == max_tokens
-
-        async def all_of():
-            await asyncio.gather(*(one(p) for p in prompts))
-
-        start = time.perf_counter()
-        asyncio.run(all_of())
-        return time.perf_counter() - start
-
-    def pp(self, prompt: list[int]) -> float:
-        return len(prompt) / self._generate([prompt], 1)
-
-    def tg(self, prompt: list[int]) -> float:
-        return TG / self._generate([prompt[:1]], TG)
-
-    def concurrent(self, prompts: list[list[int]]) -> float:
-        return len(prompts) * TG / self._generate(prompts, TG)
-
-    def close(self) -> None:
-        self.engine.shutdown()
+def speed(label: str, op: str, length: int, n: int, seconds: float) -> float:
+    """tok/s for throughput rows; milliseconds for the ttft row."""
+    if label.startswith("ttft"):
+        return seconds * 1000
+    if op == "pp":
+        return length / seconds
+    return n * TG / seconds
 
 
-class LlamaCpp:
-    def __init__(self, path: Path, threads: int) -> None:
-        import llama_cpp
-
-        self.lc = llama_cpp
-        self.llm = llama_cpp.Llama(
-            str(path), n_ctx=PP + TG + 16, n_batch=PP, n_ubatch=PP, n_threads=threads, n_threads_batch=threads,
-            verbose=False,
-        )  # fmt: skip
-        self.vocab = self.llm.n_vocab()
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = max(CONCURRENCY) * (CONC_PROMPT + TG + 16)
-        params.n_batch = params.n_ubatch = max(CONCURRENCY) * CONC_PROMPT
-        params.n_seq_max = max(CONCURRENCY)
-        params.n_threads = params.n_threads_batch = threads
-        params.kv_unified = True
-        self.multi = llama_cpp.llama_init_from_model(self.llm._model.model, params)
-        self.batch = llama_cpp.llama_batch_init(params.n_batch, 0, params.n_seq_max)
-
-    def _argmax(self, ctx, row: int) -> int:
-        logits = self.lc.llama_get_logits_ith(ctx, row)
-        return int(np.ctypeslib.as_array(logits, shape=(self.vocab,)).argmax())
-
-    def pp(self, prompt: list[int]) -> float:
-        self.llm.reset()
-        self.lc.llama_memory_clear(self.lc.llama_get_memory(self.llm._ctx.ctx), True)
-        start = time.perf_counter()
-        self.llm.eval(prompt)
-        self._argmax(self.llm._ctx.ctx, -1)
-        return len(prompt) / (time.perf_counter() - start)
-
-    def tg(self, prompt: list[int]) -> float:
-        self.llm.reset()
-        self.lc.llama_memory_clear(self.lc.llama_get_memory(self.llm._ctx.ctx), True)
-        start = time.perf_counter()
-        token = prompt[0]
-        for _ in range(TG):
-            self.llm.eval([token])
-            token = self._argmax(self.llm._ctx.ctx, -1)
-        return TG / (time.perf_counter() - start)
-
-    def _decode(self, rows: list[tuple[int, int, int]]) -> None:
-        """rows of (token, position, sequence); logits wanted for every row."""
-        b = self.batch
-        for i, (token, pos, seq) in enumerate(rows):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, True
-            b.seq_id[i][0] = seq
-        b.n_tokens = len(rows)
-        if self.lc.llama_decode(self.multi, b) != 0:
-            raise RuntimeError("llama_decode failed")
-
-    def concurrent(self, prompts: list[list[int]]) -> float:
-        self.lc.llama_memory_clear(self.lc.llama_get_memory(self.multi), True)
-        start = time.perf_counter()
-        self._decode([(t, p, s) for s, prompt in enumerate(prompts) for p, t in enumerate(prompt)])
-        ends = np.cumsum([len(p) for p in prompts]) - 1
-        tokens = [self._argmax(self.multi, int(e)) for e in ends]
-        for step in range(1, TG):
-            self._decode([(t, len(prompts[s]) + step - 1, s) for s, t in enumerate(tokens)])
-            tokens = [self._argmax(self.multi, i) for i in range(len(prompts))]
-        return len(prompts) * TG / (time.perf_counter() - start)
-
-    def close(self) -> None:
-        self.lc.llama_batch_free(self.batch)
-        self.lc.llama_free(self.multi)
-        self.llm.close()
+def measure(name: str, path: Path, reps: int, threads: int) -> list[dict]:
+    rng = random.Random(0)
+    engines = {
+        "llama": LlamaCpp(path, threads),
+        "serve": LexiServer(path),
+        "inproc": Worker(["lexi", str(path)]),
+    }
+    vocab = min(e.vocab() for e in engines.values())
+    table = []
+    try:
+        for label, op, length, n in rows_to_run():
+            times: dict[str, list[float]] = {k: [] for k in engines}
+            for rep in range(reps + 1):  # rep 0 is the warm-up
+                for key, engine in engines.items():
+                    prompts = [[rng.randrange(1000, vocab // 2) for _ in range(length)] for _ in range(n)]
+                    seconds = engine.run(op, prompts, TG)
+                    if rep:
+                        times[key].append(seconds)
+            row = {"model": name, "test": label}
+            for key, values in times.items():
+                row[key] = speed(label, op, length, n, statistics.median(values))
+            row["llama_build"] = engines["llama"].build_for(op)
+            table.append(row)
+            print(f"  {name} {label}: " + ", ".join(f"{k} {row[k]:.1f}" for k in engines), flush=True)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    return table
 
 
-def measure(name: str, reps: int, threads: int, dtype: str) -> list[tuple[str, float, float]]:
-    path = resolve_model(name)
-    lexi, peer = Lexi(path, dtype), LlamaCpp(path, threads)
-    rng = np.random.default_rng(0)
-    vocab = min(lexi.vocab, peer.vocab)
-    rows = []
-    tests = [("pp512", "pp", PP, 1), ("tg128", "tg", 1, 1)]
-    tests += [(f"decode x{n}", "concurrent", CONC_PROMPT, n) for n in CONCURRENCY]
-    for label, method, length, n in tests:
-        times: dict[str, list[float]] = {"lexi": [], "llama": []}
-        for rep in range(reps + 1):  # rep 0 is the warm-up
-            for key, impl in (("lexi", lexi), ("llama", peer)):
-                prompts = [random_prompt(rng, vocab, length) for _ in range(n)]
-                value = getattr(impl, method)(prompts if method == "concurrent" else prompts[0])
-                if rep:
-                    times[key].append(value)
-        rows.append((label, statistics.median(times["lexi"]), statistics.median(times["llama"])))
-        print(f"  {name} {label}: lexi {rows[-1][1]:.1f} tok/s, llama.cpp {rows[-1][2]:.1f} tok/s", flush=True)
-    lexi.close()
-    peer.close()
-    return rows
+def ratio(row: dict, key: str) -> float:
+    if row["test"].startswith("ttft"):
+        return row["llama"] / row[key]  # time: a shorter one is faster
+    return row[key] / row["llama"]
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+    cpu = platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -194,49 +101,63 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu}, {os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}, load {load:.1f}"
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "lexi"], capture_output=True, text=True).stdout
-        return out.stdout.strip() + ("+dirty" if dirty.strip() else "")
+        dirty = subprocess.run(["git", "status", "--porcelain", "lexi", "bench"], capture_output=True, text=True)
+        return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def render(table: list[dict], loads: dict[str, tuple[str, str]]) -> str:
+    lines = [
+        "| model | test | llama.cpp | LexiEngine serve | ratio | LexiEngine in-process | ratio | llama.cpp build |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in table:
+        cells = [r["model"], r["test"], f"{r['llama']:.1f}", f"{r['serve']:.1f}", f"{ratio(r, 'serve'):.2f}x"]
+        cells += [f"{r['inproc']:.1f}", f"{ratio(r, 'inproc'):.2f}x", r["llama_build"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    load_text = "; ".join(f"{m}: {a} before, {b} after" for m, (a, b) in loads.items())
+    return "\n".join(lines) + f"\n\nLoad average (1/5/15 min): {load_text}.\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gemma3-270m"])
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", default="auto", help="LexiEngine compute dtype (LoadConfig.dtype)")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (LexiEngine: torch's default)")
     parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    parser.add_argument("--note", default="", help="a sentence appended to the header")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    llama_version = __import__("llama_cpp").__version__
-    table = [
-        "| model | test | LexiEngine tok/s | llama.cpp tok/s | ratio |",
-        "| --- | --- | ---: | ---: | ---: |",
-    ]
+    sys.path.insert(0, str(HERE.parent))
+    from lexi.gguf.bundled import resolve_model  # no torch: the orchestrator stays light
+
+    started = dt.datetime.now(dt.UTC)
+    table, loads = [], {}
     for name in args.models:
-        for label, ours, theirs in measure(name, args.reps, args.threads, args.dtype):
-            table.append(f"| {name} | {label} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f}x |")
+        before = load()
+        table += measure(name, resolve_model(name), args.reps, args.threads)
+        loads[name] = (before, load())
     header = (
-        f"### bench/e2e.py, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
-        f"Machine: {machine()}; {args.threads} threads; LexiEngine dtype {args.dtype}, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; "
-        f"llama-cpp-python {llama_version}; median of {args.reps} after a warm-up.\n"
+        f"### bench/e2e.py, {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
+        f"Machine: {machine()}. llama.cpp: llama-cpp-python in its own process, {args.threads} threads, its default "
+        "environment. LexiEngine: `lexi-engine serve` over HTTP, and the engine API in its own process; dtype "
+        f"auto, torch's default threads. tok/s (ttft: ms), median of {args.reps} after a warm-up. {args.note}\n"
     )
-    text = header + "\n" + "\n".join(table) + "\n"
+    text = header + "\n" + render(table, loads)
     print("\n" + text)
     if not args.no_append:
-        if not RESULTS.exists():
-            RESULTS.write_text("# Benchmark results\n\nAppended by the scripts in bench/; newest last.\n\n")
         with RESULTS.open("a") as f:
-            f.write("\n" + text)
+            f.write("\n\n" + text)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """LexiEngine: one GGUF model over an OpenAI-compatible HTTP API."""
-    # libgomp's default spin-waiting lets an idle OpenMP team burn the cores a busy one needs (see serve);
-    # every command imports torch lazily, after this.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP settings for this process only (lexi/runtime.py); every command imports torch lazily, after this.
+    from lexi.runtime import apply_process_defaults
+
+    apply_process_defaults()
 
 
 def _json_object(ctx, param, value):
@@ -92,13 +91,6 @@ def _json_object(ctx, param, value):
 )
 def serve_command(**opts) -> None:
     """Serve one model over the OpenAI-compatible HTTP API."""
-    import os
-
-    # The weights load on one thread and the engine steps on another, so torch's OpenMP gets two
-    # thread teams; with libgomp's default spin-waiting, the idle team burns the cores the busy one
-    # needs (measured on 2 cores: 0.5-6 s per token instead of 0.06 s). Passive waiting fixes it;
-    # it must be set before torch is first imported (the loader imports it later).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     from lexi.chat.template import ChatTemplateError
     from lexi.engine.config import EngineConfig

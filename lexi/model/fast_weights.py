@@ -4,7 +4,8 @@ A decode step multiplies one row per sequence by every weight, so it is bound by
 the number of op calls; a dense bfloat16 GEMV reads 2 bytes a weight. Here every quantized linear layer also
 gets a compact copy for decode-sized steps:
   - Q4_0, Q4_1, Q4_K: int4 with a 32-element group scale and zero (lossless up to bfloat16 scale/zero),
-  - any other quantized type (Q5_0, Q5_1, Q8_0, Q2_K..Q6_K): per-row int8 (a second rounding, measured),
+  - Q5_0, Q5_1, Q8_0: two int4 planes (lo and hi bits), summed (lossless up to bfloat16 scales),
+  - any other quantized type (Q2_K, Q3_K, Q5_K, Q6_K): per-row int8 (a second rounding, measured),
   - F32, F16, BF16: none (the dense weight serves).
 Matrices that read the same input are stacked (q/k/v, gate/up), so a layer makes 4 matmul calls, not 7.
 Both kernels compute each output row the same way whatever the number of rows, which is what lets
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lexi.gguf.dequant import dequantize_tensor
-from lexi.kernels.int4_cpu import INT4_TYPES, Int4Weight, int4_mm, int4_supported
+from lexi.kernels.int4_cpu import PLANE_TYPES, Int4Weight, int4_mm, int4_supported
 from lexi.kernels.int8_cpu import Int8Weight, int8_mm, int8_supported
 
 if TYPE_CHECKING:
@@ -36,10 +37,10 @@ def fast_mm(x: torch.Tensor, w: FastWeight) -> torch.Tensor:
 
 def fast_weight(parts: list[TensorInfo]) -> FastWeight | None:
     """The stacked decode copy of `parts` (same in_features), or None when they are float tensors or this
-    torch lacks the kernel. int4 only when every part is a 4-bit affine type; otherwise int8 for all."""
+    torch lacks the kernel. int4 planes when every part has an int4 form; otherwise int8 for all."""
     if any(p.qtype.name in _FLOAT_TYPES for p in parts):
         return None
-    if all(p.qtype in INT4_TYPES for p in parts) and int4_supported():
+    if all(p.qtype in PLANE_TYPES for p in parts) and int4_supported():
         return Int4Weight.from_parts([(p.data, p.qtype, tuple(p.shape)) for p in parts])
     if not int8_supported():
         return None

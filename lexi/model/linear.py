@@ -31,14 +31,18 @@ _DENSE_TYPES = ("F32", "F16", "BF16")
 # Rows (tokens) up to which the weight-only kernels beat the dense bf16 GEMM. Measured on 2 cores, ms:
 # int4/dense 1536x576 M=1 0.096/0.129, M=8 0.169/0.190, M=16 0.268/0.216; 576x1536 M=8 0.158/0.154;
 # int8/dense 960x576 M=2 0.027/0.065, M=8 0.107/0.072; 3072x576 M=2 0.112/0.163, M=8 0.372/0.200.
+# Two int4 planes cost twice one: int4x2/dense 1536x640 M=4 0.106/0.101.
 INT4_MAX_ROWS = 8
+INT4_PLANES_MAX_ROWS = 4
 INT8_MAX_ROWS = 4
 
 
 def fast_max_rows(w: FastWeight | None) -> int:
     if w is None:
         return 0
-    return INT4_MAX_ROWS if isinstance(w, Int4Weight) else INT8_MAX_ROWS
+    if isinstance(w, Int4Weight):
+        return INT4_MAX_ROWS if w.planes == 1 else INT4_PLANES_MAX_ROWS
+    return INT8_MAX_ROWS
 
 
 def dense_weight(info: TensorInfo, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -6,10 +6,12 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
+from lexi.kernels.int4_cpu import int4_supported, quantize_int4
 from lexi.kernels.int8_cpu import Int8Weight, int8_supported
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
@@ -202,7 +204,15 @@ def _build(
             )
         )
     if int8_head:
-        output = OutputHead(None, Int8Weight.from_dense(dequantize_tensor(head_info), torch.float32))
+        exact = dequantize_tensor(head_info)
+        int8 = Int8Weight.from_dense(exact, torch.float32)
+        int4 = quantize_int4(exact) if int4_supported() else None
+        del exact
+        if isinstance(embed, BlockEmbedding) and head_info is emb_info:
+            rows = embed.blocks  # tied: one copy of the file's rows serves both
+        else:
+            rows = torch.from_numpy(np.array(head_info.data, dtype=np.uint8, copy=True))
+        output = OutputHead(None, int8, rows, head_info.qtype, int4)
     elif a.tied_output and not quantized:  # share the embedding's dense matrix: no second copy of the largest tensor
         output = OutputHead(QuantLinear(embed.weight.data, None))
     else:

@@ -11,6 +11,15 @@ import torch
 from torch import nn
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over the last dim, in float32; the result in `out_dtype` (default: x's)."""
+    h = x if x.dtype == torch.float32 else x.to(torch.float32)  # skipping the no-op call saves its dispatch
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    h = h * weight
+    out_dtype = out_dtype or x.dtype
+    return h if out_dtype == torch.float32 else h.to(out_dtype)
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * w over the last dimension, math in float32, result in x's dtype."""
 
@@ -21,11 +30,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """The result in `out_dtype` (default: x's): a float32 residual stream feeds bfloat16 matmuls directly."""
-        h = x if x.dtype == torch.float32 else x.to(torch.float32)  # skipping the no-op call saves its dispatch
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        h = h * self.weight
-        out_dtype = out_dtype or x.dtype
-        return h if out_dtype == torch.float32 else h.to(out_dtype)
+        return rms_norm(x, self.weight, self.eps, out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -8,6 +8,7 @@ from torch import nn
 from lexi.kernels.paged_attention import AttentionMetadata
 from lexi.model.args import ModelArgs
 from lexi.model.attention import Attention
+from lexi.model.decode_cpu import DecodeStack, run_decode
 from lexi.model.head import OutputHead
 from lexi.model.mlp import GatedMLP
 from lexi.model.norms import RMSNorm
@@ -89,6 +90,8 @@ class Transformer(nn.Module):
             inv_local = inverse_frequencies(args.rope_dim, args.rope_base_local).to(device)
             self.rope_local = RopeCache(inv_local, 1.0, args.rope_style)
         self.windows = frozenset(args.layer_windows)
+        # CPU decode steps run one lean loop over the layers' decode copies (lexi/model/decode_cpu.py).
+        self.decode_stack = DecodeStack.from_blocks(blocks, dtype) if device.type == "cpu" else None
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
         """One (k, v) pair per layer, each (num_blocks, block_size, n_kv_heads, head_dim) in the compute dtype."""
@@ -118,11 +121,15 @@ class Transformer(nn.Module):
             windows=self.windows,
             deterministic=self.deterministic,
         )
-        for block, cache in zip(self.blocks, kv_cache, strict=True):
-            x = block(x, plan, meta, cache)
+        if plan.decode is not None and self.decode_stack is not None and len(tokens) <= self.decode_stack.max_rows:
+            x = run_decode(self.decode_stack, x, plan, meta.slot_mapping, kv_cache)
+        else:
+            for block, cache in zip(self.blocks, kv_cache, strict=True):
+                x = block(x, plan, meta, cache)
         if meta.logit_rows is not None:
             x = x[meta.logit_rows]
-        logits = self.output(self.norm(x, self.dtype), plan.deterministic)
+        # The head reads the final norm at the residual stream's precision (its int4/int8 estimates round it).
+        logits = self.output(self.norm(x, self.residual_dtype), plan.deterministic)
         if a.final_softcap > 0.0:
             logits = a.final_softcap * torch.tanh(logits / a.final_softcap)
         return logits

@@ -1,4 +1,6 @@
-"""The CPU int4 path: the repack of 4-bit GGUF blocks is lossless up to bf16, and decode through it matches dense."""
+"""The CPU decode kernels: int4 repacks (one plane for 4-bit types, two for Q5_0/Q5_1/Q8_0) are lossless up to
+bf16 scales, the int8 copies stay within their rounding, every kernel's rows are independent of the row count
+bit for bit (what --deterministic rests on), and decode through them matches dense."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import torch
 from gguf import GGML_QUANT_SIZES
 
 from lexi.gguf.dequant import dequantize
-from lexi.kernels.int4_cpu import INT4_TYPES, Int4Weight, Q, int4_mm, int4_supported
+from lexi.kernels.int4_cpu import INT4_TYPES, PLANE_TYPES, Int4Weight, Q, int4_mm, int4_supported, quantize_int4
+from lexi.kernels.int8_cpu import Int8Weight, int8_dynamic_mm, int8_mm
 from lexi.model.generate import GenerateConfig, generate_tokens, greedy
 from lexi.model.linear import QuantLinear
 
@@ -23,7 +26,16 @@ def random_blocks(qtype, n: int, k: int, seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("qtype", "n", "k"), [(Q.Q4_0, 37, 96), (Q.Q4_1, 37, 96), (Q.Q4_1, 64, 576), (Q.Q4_K, 33, 512)]
+    ("qtype", "n", "k"),
+    [
+        (Q.Q4_0, 37, 96),
+        (Q.Q4_1, 37, 96),
+        (Q.Q4_1, 64, 576),
+        (Q.Q4_K, 33, 512),
+        (Q.Q5_0, 37, 96),
+        (Q.Q5_1, 21, 64),
+        (Q.Q8_0, 37, 96),
+    ],
 )
 @pytest.mark.parametrize("m", [1, 5])
 def test_int4_matmul_matches_dequantized_reference(qtype, n, k, m):
@@ -40,10 +52,70 @@ def test_int4_matmul_matches_dequantized_reference(qtype, n, k, m):
     assert err.max().item() < 1.5e-2, err.max().item()
 
 
+def test_two_plane_types_and_stacked_parts():
+    """Q5_0, Q5_1 and Q8_0 take two planes (lo + 16 hi); stacking a 4-bit part with them gives it a zero plane."""
+    assert PLANE_TYPES - INT4_TYPES == {Q.Q5_0, Q.Q5_1, Q.Q8_0}
+    parts = [(random_blocks(Q.Q5_0, 40, 96, 1), Q.Q5_0, (40, 96)), (random_blocks(Q.Q4_1, 24, 96, 2), Q.Q4_1, (24, 96))]
+    w = Int4Weight.from_parts(parts)
+    assert (w.planes, w.shape) == (2, (64, 96))
+    x = torch.randn(3, 96, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    ref = x.float() @ torch.cat([dequantize(raw, qtype, shape) for raw, qtype, shape in parts]).T
+    err = (int4_mm(x, w).float() - ref).abs() / ref.abs().amax(dim=1, keepdim=True)
+    assert err.max().item() < 1.5e-2
+
+
 def test_repack_rejects_other_types():
-    with pytest.raises(ValueError, match="Q4_0/Q4_1/Q4_K"):
-        Int4Weight.from_blocks(random_blocks(Q.Q8_0, 16, 32, 0), Q.Q8_0, (16, 32))
-    assert Q.Q8_0 not in INT4_TYPES
+    with pytest.raises(ValueError, match="int4 repack"):
+        Int4Weight.from_blocks(random_blocks(Q.Q6_K, 16, 256, 0), Q.Q6_K, (16, 256))
+    assert Q.Q6_K not in PLANE_TYPES
+
+
+def test_int8_copies_stay_within_their_rounding():
+    w = torch.randn(50, 96, generator=torch.Generator().manual_seed(3)) * 0.1
+    w[7] = 0.0  # an all-zero row keeps scale 0
+    x = torch.randn(4, 96, generator=torch.Generator().manual_seed(4))
+    q = Int8Weight.from_dense(w)
+    step = w.abs().amax(dim=1, keepdim=True) / 127
+    assert ((q.dequantize() - w).abs() <= 0.51 * step + 1e-8).all()  # half a step (scale rounded to bf16)
+    ref = x @ q.dequantize().T
+    got = int8_mm(x.to(torch.bfloat16), q).float()
+    assert ((got - ref).abs() / ref.abs().amax(dim=1, keepdim=True)).max() < 1.5e-2
+    exact = Int8Weight.from_dense(w, torch.float32)
+    ref = x @ exact.dequantize().T
+    # two int8 terms for x: ~16 bits relative to each row's largest element, then exact int32 sums
+    got = int8_dynamic_mm(x, exact)
+    assert got.dtype == torch.float32
+    assert ((got - ref).abs() / ref.abs().amax(dim=1, keepdim=True)).max() < 1e-4
+
+
+def test_quantized_head_copy_is_within_half_a_step():
+    w = torch.randn(40, 64, generator=torch.Generator().manual_seed(5))
+    q = quantize_int4(w)
+    x = torch.eye(64, dtype=torch.bfloat16)  # reads W^T back column by column
+    back = int4_mm(x, q).float().T
+    step = (w.reshape(40, 2, 32).amax(-1) - w.reshape(40, 2, 32).amin(-1)) / 15
+    assert ((back - w).abs().reshape(40, 2, 32) <= (0.5 * step[..., None] * 1.02 + 0.02)).all()
+
+
+@pytest.mark.parametrize("kernel", ["int4", "int4 two planes", "int8", "int8 dynamic"])
+def test_rows_do_not_depend_on_the_row_count(kernel):
+    """What --deterministic rests on: each output row is the same bits whatever else is in the batch."""
+    n, k = 200, 576
+    if kernel.startswith("int4"):
+        qtype = Q.Q4_1 if kernel == "int4" else Q.Q5_0
+        w = Int4Weight.from_blocks(random_blocks(qtype, n, k, 7), qtype, (n, k))
+        run = lambda x: int4_mm(x.to(torch.bfloat16), w)  # noqa: E731
+    elif kernel == "int8":
+        w = Int8Weight.from_dense(torch.randn(n, k))
+        run = lambda x: int8_mm(x.to(torch.bfloat16), w)  # noqa: E731
+    else:
+        w = Int8Weight.from_dense(torch.randn(n, k), torch.float32)
+        run = lambda x: int8_dynamic_mm(x, w)  # noqa: E731
+    x = torch.randn(100, k, generator=torch.Generator().manual_seed(8))
+    whole = run(x)
+    for m in (1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64):
+        for start in (0, 100 - m):
+            assert torch.equal(run(x[start : start + m]), whole[start : start + m]), (kernel, m, start)
 
 
 def _set_fast_rows(model, rows: int) -> list[tuple[object, str, int]]:
