@@ -30,6 +30,7 @@ import random
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from e2e_engines import LexiServer, LlamaCpp, Worker
@@ -38,6 +39,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
 PP, TG, TTFT_PROMPT, STREAM_PROMPT = 512, 128, 128, 16
 STREAMS = (1, 4, 8, 16)
+# Pause before each measurement: the engine measured last may have OpenMP threads still spinning (libgomp spins
+# up to ~20 ms before it sleeps), and they would take the cores from the next one.
+SETTLE = 0.3
 
 
 def rows_to_run() -> list[tuple[str, str, int, int]]:
@@ -56,12 +60,13 @@ def speed(label: str, op: str, length: int, n: int, seconds: float) -> float:
     return n * TG / seconds
 
 
-def measure(name: str, path: Path, reps: int, threads: int) -> list[dict]:
+def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool) -> list[dict]:
     rng = random.Random(0)
+    flag = ("--deterministic",) if deterministic else ()
     engines = {
         "llama": LlamaCpp(path, threads),
-        "serve": LexiServer(path),
-        "inproc": Worker(["lexi", str(path)]),
+        "serve": LexiServer(path, flag),
+        "inproc": Worker(["lexi", str(path), *flag]),
     }
     vocab = min(e.vocab() for e in engines.values())
     table = []
@@ -71,6 +76,7 @@ def measure(name: str, path: Path, reps: int, threads: int) -> list[dict]:
             for rep in range(reps + 1):  # rep 0 is the warm-up
                 for key, engine in engines.items():
                     prompts = [[rng.randrange(1000, vocab // 2) for _ in range(length)] for _ in range(n)]
+                    time.sleep(SETTLE)
                     seconds = engine.run(op, prompts, TG)
                     if rep:
                         times[key].append(seconds)
@@ -137,6 +143,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (LexiEngine: torch's default)")
     parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
     parser.add_argument("--note", default="", help="a sentence appended to the header")
+    parser.add_argument("--deterministic", action="store_true", help="run LexiEngine with --deterministic")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
     from lexi.gguf.bundled import resolve_model  # no torch: the orchestrator stays light
@@ -145,13 +152,14 @@ def main() -> None:
     table, loads = [], {}
     for name in args.models:
         before = load()
-        table += measure(name, resolve_model(name), args.reps, args.threads)
+        table += measure(name, resolve_model(name), args.reps, args.threads, args.deterministic)
         loads[name] = (before, load())
     header = (
         f"### bench/e2e.py, {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
         f"Machine: {machine()}. llama.cpp: llama-cpp-python in its own process, {args.threads} threads, its default "
         "environment. LexiEngine: `lexi-engine serve` over HTTP, and the engine API in its own process; dtype "
-        f"auto, torch's default threads. tok/s (ttft: ms), median of {args.reps} after a warm-up. {args.note}\n"
+        f"auto{', --deterministic' if args.deterministic else ''}, torch's default threads. tok/s (ttft: ms), "
+        f"median of {args.reps} after a warm-up. {args.note}\n"
     )
     text = header + "\n" + render(table, loads)
     print("\n" + text)

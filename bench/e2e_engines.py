@@ -118,10 +118,10 @@ class LlamaCpp:
 class LexiServer:
     """`lexi-engine serve` in a subprocess with its own environment, driven over HTTP."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, extra: tuple[str, ...] = ()) -> None:
         exe = Path(sys.executable).with_name("lexi-engine")
         argv = [str(exe), "serve", "-m", str(path), "--port", "0", "--parallel", str(MAX_STREAMS)]
-        argv += ["--ctx-size", str(CTX), "--batch-size", "512"]
+        argv += ["--ctx-size", str(CTX), "--batch-size", "512", *extra]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for line in self.proc.stdout:
             if "listening on http://" in line:

@@ -101,6 +101,8 @@ class LexiWorker:
         from lexi.runtime import apply_process_defaults
 
         apply_process_defaults()  # before torch is imported, as `lexi-engine` does
+        import threading
+
         from lexi.engine.config import EngineConfig
         from lexi.engine.engine import Engine
         from lexi.gguf.reader import read_gguf
@@ -108,7 +110,17 @@ class LexiWorker:
         from lexi.model.loader import LoadConfig, load_model
 
         f = read_gguf(path)
-        model = load_model(f, LoadConfig(deterministic=deterministic))
+        loaded = {}
+
+        def load() -> None:
+            loaded["model"] = load_model(f, LoadConfig(deterministic=deterministic))
+
+        # As `lexi-engine serve` does: load on a thread that exits, so its OpenMP thread team goes with it and the
+        # engine's step thread is the only team left (two live teams on 2 cores throttle libgomp's spinning).
+        loader = threading.Thread(target=load)
+        loader.start()
+        loader.join()
+        model = loaded["model"]
         self.vocab = model.args.vocab_size
         config = EngineConfig(parallel=MAX_STREAMS, ctx_size=CTX, batch_size=512)
         self.engine = Engine(model, Tokenizer.from_gguf(f), config)

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import os
 
-# libgomp's idle OpenMP threads spin GOMP_SPINCOUNT times before they sleep. A decode step is hundreds of
-# short parallel regions with gaps of microseconds between them, so sleeping threads (OMP_WAIT_POLICY=PASSIVE)
-# pay a futex wake-up on almost every op: measured on 2 cores, SmolLM2 decode 19.5 tok/s passive vs 45 tok/s
-# at libgomp's default (300000 spins). A bounded spin keeps nearly all of that while a thread team left idle
-# (the loader's, once the model is in memory) stops burning a core within about a millisecond.
-OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "100000"}
+# libgomp's idle OpenMP threads spin GOMP_SPINCOUNT times (a few tens of ns each) before they sleep. A decode
+# step is hundreds of short parallel regions with gaps of microseconds between them, so threads that sleep at
+# once (OMP_WAIT_POLICY=PASSIVE) pay a futex wake-up on almost every op, and threads that spin long (libgomp's
+# default, 300000) hold a core for milliseconds after every region, which starves a busy neighbour and, on a
+# shared machine, themselves (a barrier waits for a thread the scheduler parked). Measured on 2 cores, SmolLM2
+# tg128 through `lexi-engine serve`, tok/s: quiet machine 92 (300000), 89 (100000), 84 (10000), 49 (1000),
+# passive 19.5-87 (erratic); with a busy loop on the other core 2-7 (100000), 86-96 (30000), 84-98 (10000), ~50
+# (1000). 30000 (~1 ms) keeps nearly all of the quiet speed and most of the busy one. Also: libgomp spins only
+# ~100 times when it manages more threads than there are cores, e.g. when a thread that ran torch ops (a model
+# loaded on the main thread) stays alive beside the engine's step thread; `lexi-engine serve` loads on a thread
+# that then exits.
+OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "30000"}
 
 
 def apply_process_defaults(environ: dict[str, str] | None = None) -> dict[str, str]:
