@@ -141,6 +141,17 @@ class Int4Weight:
         return cls._pack([lo, hi], (n, k))
 
     @classmethod
+    def cat(cls, parts: list[Int4Weight]) -> Int4Weight:
+        """One-plane weights stacked along N; every part but the last needs N % 64 == 0 (the op packs rows in
+        blocks of 64, so such parts keep their bytes when stacked)."""
+        if any(p.planes != 1 or p.shape[1] != parts[0].shape[1] for p in parts):
+            raise ValueError("cat takes one-plane weights with the same K")
+        if any(p.shape[0] % 64 for p in parts[:-1]):
+            raise ValueError("every part but the last needs N % 64 == 0")
+        n = sum(p.shape[0] for p in parts)
+        return cls((n, parts[0].shape[1]), torch.cat([p.packed for p in parts]), torch.cat([p.sz for p in parts], 1))
+
+    @classmethod
     def _pack(cls, planes: list[list[torch.Tensor]], shape: tuple[int, int]) -> Int4Weight:
         n, _ = shape
         pad = -n % _N_ALIGN

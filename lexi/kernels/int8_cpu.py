@@ -72,6 +72,12 @@ class Int8Weight:
             ss.append(scales)
         return cls((int(w.shape[0]), int(w.shape[1])), torch.cat(qs).contiguous(), torch.cat(ss).contiguous())
 
+    @classmethod
+    def cat(cls, parts: list[Int8Weight]) -> Int8Weight:
+        """Weights with the same K stacked along N."""
+        q, s = torch.cat([p.qweight for p in parts]), torch.cat([p.scales for p in parts])
+        return cls((int(q.shape[0]), int(q.shape[1])), q, s)
+
     def dequantize(self) -> torch.Tensor:
         """The float32 weight this op multiplies by (for tests and references)."""
         return self.qweight.to(torch.float32) * self.scales.to(torch.float32)[:, None]

@@ -22,12 +22,29 @@ import torch
 from torch import nn
 
 from lexi.gguf.dequant import dequantize
-from lexi.kernels.int4_cpu import Int4Weight, int4_mm
+from lexi.kernels.int4_cpu import Int4Weight, int4_mm, int4_supported, quantize_int4
 from lexi.kernels.int8_cpu import Int8Weight, int8_dynamic_mm
 from lexi.model.linear import QuantLinear
 
 RESCORE = 64  # logits per row recomputed exactly (top-k of 262144: ~0.6 ms a row on 2 cores)
 INT4_ROWS = 4  # rows up to which the int4 estimate is used (int4 cost grows with rows; int8's is flat)
+
+
+_ROWS_PER_PIECE = 16384  # a multiple of 64 (see Int4Weight.cat): a Gemma 3 piece is 42 MB as float32
+
+
+def head_copies(info) -> tuple[Int8Weight, Int4Weight | None]:
+    """The int8 and int4 estimates of a quantized head (TensorInfo), built a piece of rows at a time so the
+    whole float32 matrix (670 MB for Gemma 3) never exists at once."""
+    n, k = (int(s) for s in info.shape)
+    int8, int4 = [], []
+    for a in range(0, n, _ROWS_PER_PIECE):
+        b = min(n, a + _ROWS_PER_PIECE)
+        exact = dequantize(info.data[a:b], info.qtype, (b - a, k))
+        int8.append(Int8Weight.from_dense(exact, torch.float32))
+        if int4_supported():
+            int4.append(quantize_int4(exact))
+    return Int8Weight.cat(int8), Int4Weight.cat(int4) if int4 else None
 
 
 class OutputHead(nn.Module):

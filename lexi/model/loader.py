@@ -11,12 +11,11 @@ import torch
 
 from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
-from lexi.kernels.int4_cpu import int4_supported, quantize_int4
-from lexi.kernels.int8_cpu import Int8Weight, int8_supported
+from lexi.kernels.int8_cpu import int8_supported
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
 from lexi.model.fast_weights import StackedProjection
-from lexi.model.head import OutputHead
+from lexi.model.head import OutputHead, head_copies
 from lexi.model.linear import BlockEmbedding, QuantLinear, TokenEmbedding, dense_weight
 from lexi.model.mlp import GatedMLP
 from lexi.model.norms import RMSNorm
@@ -204,10 +203,7 @@ def _build(
             )
         )
     if int8_head:
-        exact = dequantize_tensor(head_info)
-        int8 = Int8Weight.from_dense(exact, torch.float32)
-        int4 = quantize_int4(exact) if int4_supported() else None
-        del exact
+        int8, int4 = head_copies(head_info)
         if isinstance(embed, BlockEmbedding) and head_info is emb_info:
             rows = embed.blocks  # tied: one copy of the file's rows serves both
         else:

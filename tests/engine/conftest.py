@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 
@@ -29,16 +31,24 @@ def gemma3_exact(gemma3_f32, gemma3_tokenizer):
 
 
 # --deterministic at the default dtype: row-independent paths only (lexi/model/step.py), so a request's greedy
-# tokens must not depend on the batch it shares or on prefix-cache hits.
-@pytest.fixture(scope="session")
-def smollm2_deterministic(smollm2_gguf, smollm2_tokenizer):
-    from lexi.model.loader import LoadConfig, load_model
+# tokens must not depend on the batch it shares or on prefix-cache hits. The flag only changes which paths a
+# step takes, so the session's default models serve, switched for the test's duration (no second copy in memory).
+@contextlib.contextmanager
+def _deterministic(model):
+    model.deterministic = True
+    try:
+        yield model
+    finally:
+        model.deterministic = False
 
-    return load_model(smollm2_gguf, LoadConfig(deterministic=True)), smollm2_tokenizer
+
+@pytest.fixture
+def smollm2_deterministic(smollm2_model, smollm2_tokenizer):
+    with _deterministic(smollm2_model) as model:
+        yield model, smollm2_tokenizer
 
 
-@pytest.fixture(scope="session")
-def gemma3_deterministic(gemma3_gguf, gemma3_tokenizer):
-    from lexi.model.loader import LoadConfig, load_model
-
-    return load_model(gemma3_gguf, LoadConfig(deterministic=True)), gemma3_tokenizer
+@pytest.fixture
+def gemma3_deterministic(gemma3_model, gemma3_tokenizer):
+    with _deterministic(gemma3_model) as model:
+        yield model, gemma3_tokenizer
