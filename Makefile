@@ -19,7 +19,7 @@ WHEELS ?= $(HOME)/.cache/lexi-engine/wheels/$(LLAMA_KEY)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv serve test lint clean bench-peer
+.PHONY: venv serve test lint clean
 
 venv: $(STAMP)
 
@@ -41,26 +41,6 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --force-reinstall --no-deps --find-links $(WHEELS) $(LLAMA_CPP)
 	$(BIN)/pip install --quiet --find-links $(WHEELS) $(TORCH) $(LLAMA_CPP)
 	touch $(STAMP)
-
-# llama.cpp for bench/e2e.py rows the -march=native peer cannot run: on CPUs with AMX its build segfaults in
-# ggml_backend_amx_mul_mat on any batch of more than one token (ggml-org/llama.cpp#20824). Same version, AVX-512
-# kernels without AMX, installed beside (not into) .venv; bench/e2e.py says which build served each row.
-NOAMX_WHEELS ?= $(HOME)/.cache/lexi-engine/wheels-noamx
-NOAMX_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-	-DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
-	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
-NOAMX_DIR := bench/.llama-noamx
-
-bench-peer: $(NOAMX_DIR)/.installed
-
-$(NOAMX_DIR)/.installed: $(STAMP)
-	mkdir -p $(NOAMX_WHEELS)
-	ls $(NOAMX_WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
-		CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(NOAMX_CMAKE)" \
-		$(BIN)/pip wheel --no-deps --no-cache-dir -w $(NOAMX_WHEELS) $(LLAMA_CPP)
-	rm -rf $(NOAMX_DIR)
-	$(BIN)/pip install --quiet --no-deps --target $(NOAMX_DIR) $(NOAMX_WHEELS)/llama_cpp_python-0.3.36-*.whl
-	touch $@
 
 serve: $(STAMP)
 	$(BIN)/lexi-engine serve

@@ -2,10 +2,7 @@
 
 Every engine gets its own process and its own environment, as its users run it:
   - llama.cpp: llama-cpp-python in a worker process with the environment this script was started with (this
-    script sets nothing), 2 threads. On CPUs with AMX the -march=native build that `make` installs segfaults on
-    any batch of more than one token (ggml_backend_amx_mul_mat; ggml-org/llama.cpp#20824): a row where it
-    crashes is measured with the AVX-512 build without AMX that `make bench-peer` installs in bench/.llama-noamx,
-    and the table says which build served each row.
+    script sets nothing), 2 threads; the build `make venv` installs (this CPU's x86 features but AMX).
   - LexiEngine serve: `lexi-engine serve` as a subprocess, driven over HTTP (token-id prompts to
     /v1/completions, streamed with SSE for the decode rows), so HTTP and the event-loop handoff are in the figure.
   - LexiEngine in-process: the engine API in its own worker process (bench/e2e_workers.py), no HTTP.
@@ -83,7 +80,6 @@ def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool)
             row = {"model": name, "test": label}
             for key, values in times.items():
                 row[key] = speed(label, op, length, n, statistics.median(values))
-            row["llama_build"] = engines["llama"].build_for(op)
             table.append(row)
             print(f"  {name} {label}: " + ", ".join(f"{k} {row[k]:.1f}" for k in engines), flush=True)
     finally:
@@ -125,12 +121,12 @@ def load() -> str:
 
 def render(table: list[dict], loads: dict[str, tuple[str, str]]) -> str:
     lines = [
-        "| model | test | llama.cpp | LexiEngine serve | ratio | LexiEngine in-process | ratio | llama.cpp build |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| model | test | llama.cpp | LexiEngine serve | ratio | LexiEngine in-process | ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in table:
         cells = [r["model"], r["test"], f"{r['llama']:.1f}", f"{r['serve']:.1f}", f"{ratio(r, 'serve'):.2f}x"]
-        cells += [f"{r['inproc']:.1f}", f"{ratio(r, 'inproc'):.2f}x", r["llama_build"]]
+        cells += [f"{r['inproc']:.1f}", f"{ratio(r, 'inproc'):.2f}x"]
         lines.append("| " + " | ".join(cells) + " |")
     load_text = "; ".join(f"{m}: {a} before, {b} after" for m, (a, b) in loads.items())
     return "\n".join(lines) + f"\n\nLoad average (1/5/15 min): {load_text}.\n"

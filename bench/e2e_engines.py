@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NOAMX = HERE / ".llama-noamx"  # `make bench-peer`
 CTX, MAX_STREAMS = 512 + 128 + 16, 16
 
 
@@ -72,47 +71,31 @@ class Worker:
 
 
 class LlamaCpp:
-    """llama.cpp, native build first; an op it crashes on moves to the AVX-512 build without AMX, if installed."""
+    """llama.cpp (the build `make venv` installs) in its own worker; a row it crashes on reads nan."""
 
     def __init__(self, path: Path, threads: int) -> None:
         self.argv = ["llama", str(path), "--threads", str(threads)]
-        self.builds = ["native"] + (["no-AMX"] if NOAMX.is_dir() else [])
-        self.crashed: dict[str, set[str]] = {}  # op -> builds that crashed on it
-        self.workers: dict[str, Worker] = {}
+        self.worker: Worker | None = None
 
-    def _env(self, build: str) -> dict[str, str]:
-        env = dict(os.environ)
-        if build == "no-AMX":
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NOAMX), env.get("PYTHONPATH")]))
-        return env
-
-    def _worker(self, build: str) -> Worker:
-        if build not in self.workers:
-            self.workers[build] = Worker(self.argv, self._env(build))
-        return self.workers[build]
-
-    def build_for(self, op: str) -> str:
-        usable = [b for b in self.builds if b not in self.crashed.get(op, set())]
-        return usable[0] if usable else "crashed"
+    def _worker(self) -> Worker:
+        if self.worker is None:
+            self.worker = Worker(self.argv, dict(os.environ))
+        return self.worker
 
     def vocab(self) -> int:
-        return self._worker(self.builds[-1]).vocab()
+        return self._worker().vocab()
 
     def run(self, op: str, prompts: list[list[int]], n: int) -> float:
-        while True:
-            build = self.build_for(op)
-            if build == "crashed":
-                return float("nan")
-            try:
-                return self._worker(build).run(op, prompts, n)
-            except WorkerDied as exc:
-                print(f"    llama.cpp ({build}) died on {op}: {exc}", flush=True)
-                self.crashed.setdefault(op, set()).add(build)
-                self.workers.pop(build, None)
+        try:
+            return self._worker().run(op, prompts, n)
+        except WorkerDied as exc:
+            print(f"    llama.cpp died on {op}: {exc}", flush=True)
+            self.worker = None
+            return float("nan")
 
     def close(self) -> None:
-        for worker in self.workers.values():
-            worker.close()
+        if self.worker is not None:
+            self.worker.close()
 
 
 class LexiServer:
