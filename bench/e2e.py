@@ -41,11 +41,12 @@ STREAMS = (1, 4, 8, 16)
 SETTLE = 0.3
 
 
-def rows_to_run() -> list[tuple[str, str, int, int]]:
-    """(label, op, prompt length, streams)."""
+def rows_to_run(only: list[str] | None = None) -> list[tuple[str, str, int, int]]:
+    """(label, op, prompt length, streams), all of them or those whose label starts with one of `only`."""
     rows = [("pp512", "pp", PP, 1), ("tg128", "tg", 1, 1)]
     rows += [(f"decode x{n}", "decode", STREAM_PROMPT, n) for n in STREAMS]
-    return rows + [("ttft128 (ms)", "pp", TTFT_PROMPT, 1)]
+    rows += [("ttft128 (ms)", "pp", TTFT_PROMPT, 1)]
+    return [r for r in rows if only is None or any(r[0].startswith(o) for o in only)]
 
 
 def speed(label: str, op: str, length: int, n: int, seconds: float) -> float:
@@ -57,7 +58,9 @@ def speed(label: str, op: str, length: int, n: int, seconds: float) -> float:
     return n * TG / seconds
 
 
-def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool) -> list[dict]:
+def measure(
+    name: str, path: Path, reps: int, threads: int, deterministic: bool, only: list[str] | None = None
+) -> list[dict]:
     rng = random.Random(0)
     flag = ("--deterministic",) if deterministic else ()
     engines = {
@@ -68,7 +71,7 @@ def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool)
     vocab = min(e.vocab() for e in engines.values())
     table = []
     try:
-        for label, op, length, n in rows_to_run():
+        for label, op, length, n in rows_to_run(only):
             times: dict[str, list[float]] = {k: [] for k in engines}
             for rep in range(reps + 1):  # rep 0 is the warm-up
                 for key, engine in engines.items():
@@ -140,6 +143,7 @@ def main() -> None:
     parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
     parser.add_argument("--note", default="", help="a sentence appended to the header")
     parser.add_argument("--deterministic", action="store_true", help="run LexiEngine with --deterministic")
+    parser.add_argument("--tests", nargs="+", default=None, help="only these rows (label prefixes: pp512 tg128 ...)")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
     from lexi.gguf.bundled import resolve_model  # no torch: the orchestrator stays light
@@ -148,7 +152,7 @@ def main() -> None:
     table, loads = [], {}
     for name in args.models:
         before = load()
-        table += measure(name, resolve_model(name), args.reps, args.threads, args.deterministic)
+        table += measure(name, resolve_model(name), args.reps, args.threads, args.deterministic, args.tests)
         loads[name] = (before, load())
     header = (
         f"### bench/e2e.py, {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
