@@ -1,4 +1,4 @@
-"""What the handlers share: the configs, the model's names and template, and the runtime once loaded.
+"""What the routes share: the configs, the model's names and template, and the runtime once loaded.
 
 `prepare_state` runs before the server listens and refuses (ChatTemplateError, GGUFError) anything
 that would make it useless: the model file's header and the chat template are checked there. The
@@ -20,6 +20,7 @@ from typing import Any
 from lexi.chat.template import CHATML_STOP, CHATML_TEMPLATE, ChatTemplate, read_template_file
 from lexi.engine.config import EngineConfig
 from lexi.http.config import SamplingDefaults, ServerConfig
+from lexi.http.cors import CorsPolicy
 from lexi.http.drain import Drain
 from lexi.http.metrics import Metrics
 from lexi.http.names import ModelNames
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """Set once, when loading finished: handlers see all of it or none of it."""
+    """Set once, when loading finished: routes see all of it or none of it."""
 
     tokenizer: Any  # lexi.gguf.tokenizer.Tokenizer
     engine: Any  # lexi.engine.engine.Engine
@@ -51,9 +52,11 @@ class ServerState:
     load_error: str | None = None
     drain: Drain = field(default_factory=Drain)  # requests still running; set draining on SIGTERM/SIGINT
     metrics: Metrics = field(init=False)
+    cors: CorsPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(lambda: self.runtime.engine.stats if self.runtime else None)
+        self.cors = CorsPolicy(self.config.allowed_origins)
 
     @property
     def ready(self) -> bool:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.prompt import ChatTurn, Conversation, start_turn
 from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
 from lexi.http.completion_bodies import ChatChunks, chat_body, chat_choice, chat_finish_reason, tool_call_entry
 from lexi.http.engine_stream import output_events
 from lexi.http.errors import ApiError, bad_request
+from lexi.http.exchange import Reply
 from lexi.http.generation import choice_requests, sampling_params
-from lexi.http.handlers.base import GenerationHandler
 from lexi.http.logprobs import ContentLogprobs, chat_entries
 from lexi.http.protocol_chat import ChatRequest, parse_chat_request
+from lexi.http.routes.base import GenerationRoute
 from lexi.http.sse import DONE, frame
 
 
@@ -30,10 +33,10 @@ def chat_turn(state, conversation: Conversation) -> ChatTurn:
         raise bad_request(str(exc), param="chat_template_kwargs") from None
 
 
-class ChatCompletionsHandler(GenerationHandler):
+class ChatCompletionsRoute(GenerationRoute):
     route = "chat_completions"
 
-    async def post(self) -> None:
+    async def post(self) -> Reply | None:
         state = self.state
         req = parse_chat_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
@@ -44,11 +47,10 @@ class ChatCompletionsHandler(GenerationHandler):
         requests = choice_requests(turn.prompt.ids, params, req.sampling.n, constraints if turn.plan else None)
         stream = await self.start_generation(requests)
         if req.stream:
-            await self.stream_failures(self._stream(req, model, stream, turn))
-        else:
-            await self._whole(req, model, stream, turn)
+            return self.sse(self._stream(req, model, stream, turn))
+        return await self._whole(req, model, stream, turn)
 
-    async def _whole(self, req: ChatRequest, model: str, stream, turn: ChatTurn) -> None:
+    async def _whole(self, req: ChatRequest, model: str, stream, turn: ChatTurn) -> Reply | None:
         n = stream.n
         outputs = [turn.output() for _ in range(n)]
         tokenizer = self.state.runtime.tokenizer
@@ -62,7 +64,7 @@ class ChatCompletionsHandler(GenerationHandler):
                 text[i]["logprobs"] += tokens
         self.count_tokens(stream.last)
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
-            return
+            return None
         want_logprobs = req.sampling.logprobs is not None
         choices = [
             chat_choice(
@@ -72,9 +74,9 @@ class ChatCompletionsHandler(GenerationHandler):
             for i in range(n)
         ]  # fmt: skip
         reasoning_tokens = sum(o.reasoning_tokens for o in outputs)
-        self.write_json(chat_body(model, self.state.fingerprint, choices, stream.last, reasoning_tokens))
+        return self.json(chat_body(model, self.state.fingerprint, choices, stream.last, reasoning_tokens))
 
-    async def _stream(self, req: ChatRequest, model: str, stream, turn: ChatTurn) -> None:
+    async def _stream(self, req: ChatRequest, model: str, stream, turn: ChatTurn) -> AsyncIterator[bytes]:
         """Per choice: a role chunk, then reasoning/content/tool-call deltas and a finish chunk; then the usage
         chunk if asked, then [DONE]."""
         n = stream.n
@@ -83,10 +85,8 @@ class ChatCompletionsHandler(GenerationHandler):
         outputs = [turn.output() for _ in range(n)]
         logprobs = [ContentLogprobs(tokenizer) for _ in range(n)]
         chunks = ChatChunks(model, self.state.fingerprint)
-        self.start_sse()
         for i in range(n):
-            if not await self.send(frame(chunks.chunk(i, {"role": "assistant", "content": ""}))):
-                return
+            yield frame(chunks.chunk(i, {"role": "assistant", "content": ""}))
         async for i, delta, events in output_events(stream, outputs):
             attached = logprobs[i].feed(delta.logprobs, events, outputs[i].fed_reasoning)
             for event, tokens in zip(events, attached, strict=True):
@@ -98,17 +98,14 @@ class ChatCompletionsHandler(GenerationHandler):
                     lp = {"content": chat_entries(tokenizer, tokens)} if want_logprobs and content else None
                     key = "reasoning_content" if event.kind == "reasoning" else "content"
                     chunk = chunks.chunk(i, {key: event.text}, logprobs=lp)
-                if not await self.send(frame(chunk)):
-                    return
+                yield frame(chunk)
             if delta.finish_reason is not None and delta.finish_reason != "abort":
                 finish = chat_finish_reason(delta, outputs[i].calls)
-                if not await self.send(frame(chunks.chunk(i, {}, finish))):
-                    return
+                yield frame(chunks.chunk(i, {}, finish))
         self.count_tokens(stream.last)
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return
         reasoning_tokens = sum(o.reasoning_tokens for o in outputs)
-        if req.include_usage and not await self.send(frame(chunks.usage_chunk(stream.last, reasoning_tokens))):
-            return
-        await self.send(DONE)
-        self.finish()
+        if req.include_usage:
+            yield frame(chunks.usage_chunk(stream.last, reasoning_tokens))
+        yield DONE

@@ -3,22 +3,25 @@
 The request becomes a chat conversation (`instructions` first, function calls and their outputs as
 tool messages), rendered by the same template and read by the same output pipeline as
 /v1/chat/completions, so greedy output is the same text and the same calls. Auth, the 503 while
-loading, busy 429s and the abort on disconnect come from GenerationHandler as on every generation route.
+loading, busy 429s and the abort on disconnect come from GenerationRoute as on every generation route.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 from lexi.chat.output import ChatOutput
 from lexi.http.engine_stream import output_events
 from lexi.http.errors import ApiError
+from lexi.http.exchange import Reply
 from lexi.http.generation import choice_requests, sampling_params
-from lexi.http.handlers.base import GenerationHandler
-from lexi.http.handlers.chat import chat_turn
-from lexi.http.handlers.responses_events import ResponseBuilder, sse_event
 from lexi.http.logprobs import ContentLogprobs, chat_entries
 from lexi.http.protocol_responses import parse_responses_request
+from lexi.http.routes.base import GenerationRoute
+from lexi.http.routes.chat import chat_turn
+from lexi.http.routes.responses_events import ResponseBuilder, sse_event
+from lexi.http.sse import HEADERS as SSE_HEADERS
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +43,10 @@ def _renamed(exc: ApiError) -> ApiError:
     return exc
 
 
-class ResponsesHandler(GenerationHandler):
+class ResponsesRoute(GenerationRoute):
     route = "responses"
 
-    async def post(self) -> None:
+    async def post(self) -> Reply | None:
         state = self.state
         req = parse_responses_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
@@ -56,24 +59,23 @@ class ResponsesHandler(GenerationHandler):
             raise _renamed(exc) from None
         builder = ResponseBuilder(req, model, params)
         self.logprobs = ContentLogprobs(state.runtime.tokenizer) if req.logprobs else None
+        if req.stream:
+            return Reply(200, dict(SSE_HEADERS), frames=self._stream(builder, stream, turn.output()))
         try:
-            if req.stream:
-                await self._stream(builder, stream, turn.output())
-            else:
-                await self._whole(builder, stream, turn.output())
+            return await self._whole(builder, stream, turn.output())
         except ApiError as exc:
             raise _renamed(exc) from None
 
-    async def _whole(self, builder: ResponseBuilder, stream, output: ChatOutput) -> None:
+    async def _whole(self, builder: ResponseBuilder, stream, output: ChatOutput) -> Reply | None:
         """The same builder as the stream, its events dropped: the body is the stream's final response."""
         async for _ in self._run(builder, stream, output):
             pass
         last = stream.last[0]
         self.count_tokens(stream.last)
         if stream.aborted or last is None or last.finish_reason == "abort":
-            return
+            return None
         builder.finish(last, output.reasoning_tokens)
-        self.write_json(builder.body())
+        return self.json(builder.body())
 
     async def _run(self, builder: ResponseBuilder, stream, output: ChatOutput):
         """The stream events of the generated output, one batch per engine event."""
@@ -85,25 +87,24 @@ class ResponsesHandler(GenerationHandler):
                 for item_event in builder.feed(event, entries):
                     yield item_event
 
-    async def _stream(self, builder: ResponseBuilder, stream, output: ChatOutput) -> None:
-        self.start_sse()
+    async def _stream(self, builder: ResponseBuilder, stream, output: ChatOutput) -> AsyncIterator[bytes]:
+        """The typed events; a failure before the first is a status, after it an `error` event."""
         try:
             for event in builder.start():
-                if not await self.send(sse_event(event)):
-                    return
+                self.sent_any = True
+                yield sse_event(event)
             async for event in self._run(builder, stream, output):
-                if not await self.send(sse_event(event)):
-                    return
+                yield sse_event(event)
             last = stream.last[0]
             self.count_tokens(stream.last)
             if stream.aborted or last is None or last.finish_reason == "abort":
                 return
             for event in builder.finish(last, output.reasoning_tokens):
-                if not await self.send(sse_event(event)):
-                    return
-            self.finish()
+                yield sse_event(event)
         except Exception as exc:
             if not self.sent_any:
+                if isinstance(exc, ApiError):
+                    raise _renamed(exc) from None
                 raise
             if isinstance(exc, ApiError):
                 error = _renamed(exc)
@@ -111,5 +112,4 @@ class ResponsesHandler(GenerationHandler):
                 log.exception("generation failed mid-stream")
                 error = ApiError(500, f"generation failed: {exc}", type="server_error")
             event = builder.event("error", code=error.code or error.type, message=error.message, param=error.param)
-            await self.send(sse_event(event))
-            self.finish()
+            yield sse_event(event)

@@ -8,20 +8,23 @@ the prompt tokens' logprobs lead the generated ones, the first null.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from lexi.engine.request import CompletionDelta
 from lexi.http.completion_bodies import CompletionChunks, completion_body
 from lexi.http.errors import bad_request
+from lexi.http.exchange import Reply
 from lexi.http.generation import choice_requests, finish_reason, merge_usage, sampling_params
-from lexi.http.handlers.base import GenerationHandler
 from lexi.http.logprobs import completion_logprobs
 from lexi.http.protocol_completions import CompletionRequest, parse_completion_request
+from lexi.http.routes.base import GenerationRoute
 from lexi.http.sse import DONE, frame
 
 
-class CompletionsHandler(GenerationHandler):
+class CompletionsRoute(GenerationRoute):
     route = "completions"
 
-    async def post(self) -> None:
+    async def post(self) -> Reply | None:
         state = self.state
         req = parse_completion_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
@@ -37,9 +40,8 @@ class CompletionsHandler(GenerationHandler):
         stream = await self.start_generation(requests)
         echoes = [state.runtime.tokenizer.decode(ids) if req.echo else "" for ids in prompts]
         if req.stream:
-            await self.stream_failures(self._stream(req, model, stream, prompts, echoes))
-        else:
-            await self._whole(req, model, stream, prompts, echoes)
+            return self.sse(self._stream(req, model, stream, prompts, echoes))
+        return await self._whole(req, model, stream, prompts, echoes)
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         tokenizer = self.state.runtime.tokenizer
@@ -62,13 +64,13 @@ class CompletionsHandler(GenerationHandler):
         logprobs = lead.prompt_logprobs if lead is not None and lead.prompt_logprobs else (None,) * len(ids)
         return completion_logprobs(self.state.runtime.tokenizer, logprobs, 0, ids)
 
-    async def _whole(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> None:
+    async def _whole(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> Reply | None:
         deltas: list[list[CompletionDelta]] = [[] for _ in range(stream.n)]
         async for i, delta in stream.events():
             deltas[i].append(delta)
         self.count_tokens(stream.last)
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
-            return
+            return None
         tokenizer = self.state.runtime.tokenizer
         choices = []
         for i, events in enumerate(deltas):
@@ -84,13 +86,12 @@ class CompletionsHandler(GenerationHandler):
                 {"index": i, "text": echo + merged.text, "logprobs": logprobs, "finish_reason": finish_reason(merged)}
             )
         groups = [stream.last[p * req.sampling.n : (p + 1) * req.sampling.n] for p in range(len(prompts))]
-        self.write_json(completion_body(model, self.state.fingerprint, choices, groups))
+        return self.json(completion_body(model, self.state.fingerprint, choices, groups))
 
-    async def _stream(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> None:
+    async def _stream(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> AsyncIterator[bytes]:
         tokenizer = self.state.runtime.tokenizer
         want_logprobs = req.sampling.logprobs is not None
         chunks = CompletionChunks(model, self.state.fingerprint)
-        self.start_sse()
         offsets = [len(echoes[i // req.sampling.n]) for i in range(stream.n)]
         firsts: list[CompletionDelta | None] = [None] * stream.n
         async for i, delta in stream.events():
@@ -98,20 +99,18 @@ class CompletionsHandler(GenerationHandler):
                 firsts[i] = delta
                 if req.echo:
                     head = self._prompt_entries(req, prompts, firsts, i)
-                    if not await self.send(frame(chunks.chunk(i, echoes[i // req.sampling.n], logprobs=head))):
-                        return
+                    yield frame(chunks.chunk(i, echoes[i // req.sampling.n], logprobs=head))
             if delta.finish_reason == "abort":
                 continue
             lp = completion_logprobs(tokenizer, delta.logprobs, offsets[i]) if want_logprobs else None
             offsets[i] += len(delta.text)
             finish = finish_reason(delta) if delta.finish_reason is not None else None
-            if (delta.text or finish) and not await self.send(frame(chunks.chunk(i, delta.text, finish, lp))):
-                return
+            if delta.text or finish:
+                yield frame(chunks.chunk(i, delta.text, finish, lp))
         self.count_tokens(stream.last)
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return
         groups = [stream.last[p * req.sampling.n : (p + 1) * req.sampling.n] for p in range(len(prompts))]
-        if req.include_usage and not await self.send(frame(chunks.usage_chunk(groups))):
-            return
-        await self.send(DONE)
-        self.finish()
+        if req.include_usage:
+            yield frame(chunks.usage_chunk(groups))
+        yield DONE

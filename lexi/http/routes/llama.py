@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from lexi.http.handlers.base import BaseHandler
-from lexi.http.handlers.chat import chat_turn
+from lexi.http.exchange import Reply
 from lexi.http.protocol import Fields, refuse_unknown
 from lexi.http.protocol_chat import parse_chat_request
+from lexi.http.routes.base import Route
+from lexi.http.routes.chat import chat_turn
 
 
-class TokenizeHandler(BaseHandler):
+class TokenizeRoute(Route):
     route = "tokenize"
 
-    def post(self) -> None:
+    def post(self) -> Reply:
         body = self.json_body()
         refuse_unknown(body, ("content", "add_special", "parse_special", "with_pieces"))
         f = Fields(body)
@@ -23,15 +24,14 @@ class TokenizeHandler(BaseHandler):
         ids = tokenizer.encode(content, add_bos=add_bos, special=f.boolean("parse_special", True))
         if f.boolean("with_pieces"):
             pieces = [{"id": i, "piece": tokenizer.token_bytes(i).decode("utf-8", "replace")} for i in ids]
-            self.write_json({"tokens": pieces})
-        else:
-            self.write_json({"tokens": ids})
+            return self.json({"tokens": pieces})
+        return self.json({"tokens": ids})
 
 
-class DetokenizeHandler(BaseHandler):
+class DetokenizeRoute(Route):
     route = "detokenize"
 
-    def post(self) -> None:
+    def post(self) -> Reply:
         body = self.json_body()
         refuse_unknown(body, ("tokens",))
         f = Fields(body)
@@ -39,15 +39,15 @@ class DetokenizeHandler(BaseHandler):
         vocab = self.state.runtime.tokenizer.vocab_size
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in tokens):
             f.fail("tokens", f"must be an array of token ids in [0, {vocab})")
-        self.write_json({"content": self.state.runtime.tokenizer.decode(tokens)})
+        return self.json({"content": self.state.runtime.tokenizer.decode(tokens)})
 
 
-class ApplyTemplateHandler(BaseHandler):
+class ApplyTemplateRoute(Route):
     """The prompt a chat request would be given, without generating (a chat body is accepted as is)."""
 
     route = "apply_template"
 
-    def post(self) -> None:
+    def post(self) -> Reply:
         req = parse_chat_request(self.json_body(), self.state.sampling)
         turn = chat_turn(self.state, req.conversation)
-        self.write_json({"prompt": turn.prompt.text})
+        return self.json({"prompt": turn.prompt.text})

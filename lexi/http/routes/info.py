@@ -6,55 +6,55 @@ from typing import Any
 
 from lexi.http.drain import shutting_down
 from lexi.http.errors import ApiError
-from lexi.http.handlers.base import BaseHandler
+from lexi.http.exchange import Reply
 from lexi.http.metrics import CONTENT_TYPE
+from lexi.http.routes.base import Route
 
 
-class HealthHandler(BaseHandler):
+class HealthRoute(Route):
     """503 while loading or shutting down, 200 once ready: the server listens before the weights are in memory."""
 
     route = "health"
     requires_auth = False
     needs_model = False
 
-    def get(self) -> None:
+    def get(self) -> Reply:
         if self.state.load_error is not None:
             raise ApiError(503, f"the model failed to load: {self.state.load_error}", code="model_load_failed")
         if not self.state.ready:
             raise ApiError(503, "the model is loading", code="model_loading")
         if self.state.drain.draining:  # a load balancer moves traffic away while running requests finish
             raise shutting_down()
-        self.write_json({"status": "ok"})
+        return self.json({"status": "ok"})
 
 
-class MetricsHandler(BaseHandler):
+class MetricsRoute(Route):
     route = "metrics"
     needs_model = False
 
-    def get(self) -> None:
-        self.set_header("Content-Type", CONTENT_TYPE)
-        self.finish(self.state.metrics.exposition())
+    def get(self) -> Reply:
+        return Reply(200, {"Content-Type": CONTENT_TYPE}, self.state.metrics.exposition())
 
 
-class ModelsHandler(BaseHandler):
+class ModelsRoute(Route):
     route = "models"
     needs_model = False
 
-    def get(self) -> None:
+    def get(self) -> Reply:
         names = self.state.names
         data = [model_entry(name, self.state.created, names.public_id) for name in names.all]
-        self.write_json({"object": "list", "data": data})
+        return self.json({"object": "list", "data": data})
 
 
-class ModelHandler(BaseHandler):
+class ModelRoute(Route):
     route = "models"
     needs_model = False
 
-    def get(self, model_id: str) -> None:
+    def get(self, model_id: str) -> Reply:
         names = self.state.names
         if model_id not in names.all:
             raise ApiError(404, f"model {model_id!r} does not exist", param="model", code="model_not_found")
-        self.write_json(model_entry(model_id, self.state.created, names.public_id))
+        return self.json(model_entry(model_id, self.state.created, names.public_id))
 
 
 def model_entry(name: str, created: int, public_id: str) -> dict[str, Any]:
