@@ -45,11 +45,6 @@ async def _serve(state, gguf_file, load_config) -> int:
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
     status = {"code": 0, "signal": ""}
-    server = tornado.httpserver.HTTPServer(make_app(state), max_body_size=_MAX_STREAMED_BODY, xheaders=False)
-    sockets = tornado.netutil.bind_sockets(state.config.port, state.config.host)
-    server.add_sockets(sockets)
-    port = sockets[0].getsockname()[1]
-    print(f"lexi-engine: listening on http://{state.config.host}:{port} (model {state.names.public_id})", flush=True)
 
     def loaded(error: str | None) -> None:
         if error is None:
@@ -71,8 +66,14 @@ async def _serve(state, gguf_file, load_config) -> int:
         status["signal"] = sig.name
         stopped.set()
 
+    # before the port opens: a signal that comes as soon as it is open must drain, not kill the process
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    server = tornado.httpserver.HTTPServer(make_app(state), max_body_size=_MAX_STREAMED_BODY, xheaders=False)
+    sockets = tornado.netutil.bind_sockets(state.config.port, state.config.host)
+    server.add_sockets(sockets)
+    port = sockets[0].getsockname()[1]
+    print(f"lexi-engine: listening on http://{state.config.host}:{port} (model {state.names.public_id})", flush=True)
     load_in_background(state, gguf_file, load_config, loaded)
     trimming = asyncio.create_task(_trim_heap_periodically())
     await stopped.wait()
