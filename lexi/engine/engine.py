@@ -85,6 +85,11 @@ class Engine:
         self._thread.join()
         self._thread = None
 
+    @property
+    def alive(self) -> bool:
+        """The step loop is running (False before start(), after shutdown(), or once it broke)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def abort(self, request_id: str) -> None:
         """Thread-safe; the request ends with finish_reason "abort" at the next step."""
         self._commands.put(("abort", request_id))

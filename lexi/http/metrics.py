@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -41,9 +43,38 @@ class Metrics:
         # process_resident_memory_bytes and friends (Linux /proc), for the soak's leak check
         ProcessCollector(registry=self.registry)
 
+    def replica_info(self, replica: str, pid: int) -> None:
+        """On one of N replicas: which process it is (`lexi_replica_info{replica, pid} 1`)."""
+        info = Gauge("lexi_replica_info", "This replica's process", ["replica", "pid"], registry=self.registry)
+        info.labels(replica, str(pid)).set(1)
+
     def _stat(self, name: str) -> float:
         stats = self._stats_source()
         return float(getattr(stats, name, 0)) if stats is not None else 0.0
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def merge_expositions(by_replica: dict[str, str]) -> bytes:
+    """Several replicas' expositions as one, each sample labelled with its `replica` (families kept whole)."""
+    families: dict[str, Metric] = {}
+    for replica, text in by_replica.items():
+        for family in text_string_to_metric_families(text):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+            for sample in family.samples:
+                labels = {**sample.labels, "replica": replica}
+                merged.add_sample(sample.name, labels, sample.value, sample.timestamp, sample.exemplar)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)
+
+
+class _Families:
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families

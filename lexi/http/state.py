@@ -50,6 +50,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     runtime: Runtime | None = None
     load_error: str | None = None
+    cluster: Any = None  # lexi.http.ray_serve.Cluster at the entry to N replicas: /health and /metrics span them
     drain: Drain = field(default_factory=Drain)  # requests still running; set draining on SIGTERM/SIGINT
     metrics: Metrics = field(init=False)
     cors: CorsPolicy = field(init=False)

@@ -18,10 +18,14 @@ class HealthRoute(Route):
     requires_auth = False
     needs_model = False
 
-    def get(self) -> Reply:
-        if self.state.load_error is not None:
+    async def get(self) -> Reply:
+        if self.state.cluster is not None:  # the entry to N replicas (lexi.http.ray_serve): ready when all are
+            unready = await self.state.cluster.unready()
+            if unready is not None:
+                raise ApiError(503, f"the model is loading: {unready}", code="model_loading")
+        elif self.state.load_error is not None:
             raise ApiError(503, f"the model failed to load: {self.state.load_error}", code="model_load_failed")
-        if not self.state.ready:
+        elif not self.state.ready:
             raise ApiError(503, "the model is loading", code="model_loading")
         if self.state.drain.draining:  # a load balancer moves traffic away while running requests finish
             raise shutting_down()
@@ -32,8 +36,11 @@ class MetricsRoute(Route):
     route = "metrics"
     needs_model = False
 
-    def get(self) -> Reply:
-        return Reply(200, {"Content-Type": CONTENT_TYPE}, self.state.metrics.exposition())
+    async def get(self) -> Reply:
+        exposition = self.state.metrics.exposition()
+        if self.state.cluster is not None:  # every replica's series, each with its `replica` label
+            exposition = await self.state.cluster.exposition(exposition)
+        return Reply(200, {"Content-Type": CONTENT_TYPE}, exposition)
 
 
 class ModelsRoute(Route):
