@@ -1,11 +1,12 @@
 """Scale-out: throughput of `serve --replicas 2` (Ray Serve) against one server, measured in the same run.
 
-Both services get the same load: C clients send non-streamed chat requests back to back (the same
+Three services get the same load: C clients send non-streamed chat requests back to back (the same
 prompt, `max_tokens` tokens each with ignore_eos, so every request costs the same) until R requests are
-done, after a warm-up request per slot. One server runs with --parallel P and all the cores; each of
-the two replicas runs with --parallel P and its share of the cores (Ray gives each replica
-cores / replicas CPUs and torch threads). Reported: completion tokens per second over the wall time,
-requests per second, p50 latency, and the ratio of the two. On a machine with one GPU per replica or
+done, after a warm-up request per slot. One server with --parallel P and all the cores; one server with
+--parallel 2P (as many slots as the two replicas together); and two replicas with --parallel P each and
+their share of the cores (Ray gives each replica cores / replicas CPUs and torch threads). Reported:
+completion tokens per second over the wall time, requests per second, p50 latency, and the replicas'
+throughput as a ratio of each single server's. On a machine with one GPU per replica or
 more cores than one engine can use, the ratio is what scaling out buys; on a small CPU machine the
 replicas split the same cores, and the ratio mostly shows the price of the split and of Ray's proxy.
 
@@ -124,10 +125,10 @@ def load(url: str, clients: int, requests: int, max_tokens: int) -> dict:
     }
 
 
-def measure(replicas: int, args) -> dict:
-    proc, url, log = start(replicas, args.parallel)
+def measure(replicas: int, parallel: int, args) -> dict:
+    proc, url, log = start(replicas, parallel)
     try:
-        for _ in range(args.parallel * replicas):  # warm-up: every slot has run once
+        for _ in range(parallel * replicas):  # warm-up: every slot has run once
             post(url + "/v1/chat/completions", {"messages": PROMPT, "max_tokens": 4})
         return load(url, args.clients, args.requests, args.max_tokens)
     finally:
@@ -143,26 +144,35 @@ def main() -> None:
     ap.add_argument("--no-append", action="store_true", help="do not append to bench/RESULTS.md")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
-    rows = {n: measure(n, args) for n in (1, 2)}
+    p = args.parallel
+    services = {
+        f"1 server, --parallel {p}": (1, p),
+        f"1 server, --parallel {2 * p}": (1, 2 * p),
+        f"2 replicas (Ray Serve), --parallel {p} each": (2, p),
+    }
+    rows = {name: measure(n, slots, args) for name, (n, slots) in services.items()}
     load_after = os.getloadavg()[0]
     lines = [
         "| service | requests | errors | wall s | completion tok/s | req/s | p50 latency s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for n, r in rows.items():
-        name = "1 server (Tornado)" if n == 1 else f"{n} replicas (Ray Serve)"
+    for name, r in rows.items():
         lines.append(
             f"| {name} | {r['requests']} | {r['errors']} | {r['wall_s']:.1f} | {r['tok_s']:.1f} | "
             f"{r['req_s']:.2f} | {r['p50_s']:.2f} |"
         )
-    ratio = rows[2]["tok_s"] / rows[1]["tok_s"] if rows[1]["tok_s"] else float("nan")
-    table = "\n".join(lines) + f"\n\n2 replicas / 1 server throughput: {ratio:.2f}x"
+    names = list(rows)
+    ratios = [rows[names[2]]["tok_s"] / rows[n]["tok_s"] if rows[n]["tok_s"] else float("nan") for n in names[:2]]
+    table = "\n".join(lines) + (
+        f"\n\n2 replicas / 1 server throughput: {ratios[0]:.2f}x against --parallel {p}, "
+        f"{ratios[1]:.2f}x against --parallel {2 * p} (the same slots)"
+    )
     print(table)
     if args.no_append:
         return
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     settings = (
-        f"--parallel {args.parallel} per server or replica, {args.clients} clients, {args.requests} requests of "
+        f"{args.clients} clients, {args.requests} requests of "
         f"{args.max_tokens} tokens (ignore_eos), smollm2-135m-instruct, --ctx-size 1024"
     )
     with RESULTS.open("a") as fh:
