@@ -105,6 +105,11 @@ def test_aliases_key_models_and_health(ray_server, client):
     assert status == 200 and body == {"status": "ok"}
     status, body, _ = request("GET", ray_server.url + "/v1/models")
     assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    # a client's request id comes back once, from a replica as from the ingress
+    for path, body in (("/v1/models", None), ("/v1/chat/completions", {"messages": USER, "max_tokens": 1})):
+        headers = {**ray_server.auth(), "X-Request-Id": "trace-42.a"}
+        status, _, got = request("POST" if body else "GET", ray_server.url + path, body, headers)
+        assert status == 200 and got.get_all("X-Request-Id") == ["trace-42.a"], got.get_all("X-Request-Id")
 
 
 def test_metrics_carry_a_replica_label(ray_server, client):
