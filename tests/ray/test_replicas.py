@@ -103,6 +103,10 @@ def test_aliases_key_models_and_health(ray_server, client):
     assert [m.id for m in client.models.list()] == ["main", "client-main"]
     status, body, _ = request("GET", ray_server.url + "/health")  # no key needed, as on one server
     assert status == 200 and body == {"status": "ok"}
+    if ray_server.loading_health is not None:  # seen while the replicas loaded: 503s, as on one server
+        assert ray_server.loading_health[0] == 503, ray_server.loading_health
+        status, body = ray_server.loading_chat
+        assert status == 503 and body["error"]["code"] == "model_loading", body
     status, body, _ = request("GET", ray_server.url + "/v1/models")
     assert status == 401 and body["error"]["code"] == "invalid_api_key"
     # a client's request id comes back once, from a replica as from the ingress
