@@ -48,6 +48,7 @@ class ReplicaSettings:
     device: str  # cpu or cuda, decided by the command from the cluster's resources
     replicas: int  # --replicas: how many must be ready for /health to say 200
     board: str  # the Board actor's name
+    deterministic: bool  # --deterministic
 
 
 def _busy() -> ApiError:
@@ -103,7 +104,7 @@ class LexiReplica:
         def load() -> None:  # torch is imported here, off the constructor; its threads come from OMP_NUM_THREADS
             from lexi.model.loader import LoadConfig
 
-            config = LoadConfig(dtype=settings.dtype, device=settings.device)
+            config = LoadConfig(dtype=settings.dtype, device=settings.device, deterministic=settings.deterministic)
             load_in_background(state, gguf_file, config, self._loaded)
 
         threading.Thread(target=load, name="lexi-load-config", daemon=True).start()

@@ -84,7 +84,9 @@ def serve_replicas(
         board_name = f"lexi-board-{os.getpid()}"
         board = Board.options(name=board_name).remote()
         device = "cuda" if gpus else "cpu"
-        settings = ReplicaSettings(config, sampling, engine_config, load["dtype"], device, replicas, board_name)
+        settings = ReplicaSettings(
+            config, sampling, engine_config, load["dtype"], device, replicas, board_name, load["deterministic"]
+        )
         quiet = {"enable_access_log": False}  # the routes write one access line per request
         model = serve.deployment(
             LexiReplica,
