@@ -14,6 +14,25 @@ import pytest
 from server_process import API_KEY, Server
 
 TEMPLATES = Path(__file__).with_name("templates")
+_HERE = Path(__file__).parent
+_LAUNCHED = pytest.StashKey[list]()
+
+
+def _remember(request, launched: dict) -> None:
+    request.config.stash.setdefault(_LAUNCHED, []).extend(launched.values())
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop this folder's servers after its last test.
+
+    `scope="package"` lasts the whole session in a folder without `__init__.py`, and this one cannot have
+    one (the package would be named `http`, shadowing the standard library's). Left running, its servers
+    (about 6 GB) would sit beside the model tests that follow.
+    """
+    if nextitem is not None and _HERE in Path(nextitem.path).parents:
+        return
+    for server in item.config.stash.get(_LAUNCHED, []):
+        server.stop()
 
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -31,7 +50,7 @@ def thinking_template_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="package")
-def servers(thinking_template_file):
+def servers(request, thinking_template_file):
     """All servers, launched at once; a test waits only for the one it uses."""
     launched = {
         # one slot and no queue: also the server of the busy (429) and disconnect tests. --deterministic: a
@@ -53,13 +72,14 @@ def servers(thinking_template_file):
     }  # fmt: skip
     for server in launched.values():
         server.launch()
+    _remember(request, launched)
     yield launched
     for server in launched.values():
         server.stop()
 
 
 @pytest.fixture(scope="package")
-def tool_servers():
+def tool_servers(request):
     """The tool-calling servers, launched together (only when a tools test runs)."""
     launched = {
         "tools": Server(
@@ -71,6 +91,7 @@ def tool_servers():
     }  # fmt: skip
     for server in launched.values():
         server.launch()
+    _remember(request, launched)
     yield launched
     for server in launched.values():
         server.stop()
