@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from lexi.kernels.backend import KERNELS
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
@@ -12,6 +14,21 @@ def main() -> None:
     from lexi.runtime import apply_process_defaults
 
     apply_process_defaults()
+
+
+def _load_config(**fields):
+    """The LoadConfig of these options, checked against this machine (imports torch): an option that cannot be
+    met here (--kernels triton without CUDA or the interpreter, say) is a usage error naming it, exit 2."""
+    from lexi.model.loader import LoadConfig, LoadConfigError
+
+    try:
+        config = LoadConfig(**fields)
+        config.resolve()
+    except LoadConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint=f"--{exc.field}") from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    return config
 
 
 def _json_object(ctx, param, value):
@@ -66,6 +83,13 @@ def _json_object(ctx, param, value):
     "--deterministic",
     is_flag=True,
     help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
+)
+@click.option(
+    "--kernels",
+    type=click.Choice(KERNELS),
+    default="auto",
+    show_default=True,
+    help="auto: Triton on CUDA, the PyTorch references elsewhere. triton on a CPU needs TRITON_INTERPRET=1 (slow).",
 )
 @click.option("--api-key", multiple=True, help="Bearer key required on every route but /health; repeatable.")
 @click.option("--api-key-file", default=None, help="A file of keys, one a line.")
@@ -161,9 +185,9 @@ def serve_command(**opts) -> None:
         )
 
     def load():  # imports torch: only after the model file and the template have passed their checks
-        from lexi.model.loader import LoadConfig
-
-        return LoadConfig(dtype=opts["dtype"], device=opts["device"], deterministic=opts["deterministic"])
+        return _load_config(
+            dtype=opts["dtype"], device=opts["device"], deterministic=opts["deterministic"], kernels=opts["kernels"]
+        )
 
     try:
         if replicas > 1:
@@ -230,9 +254,16 @@ def models_command() -> None:
     is_flag=True,
     help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
 )
+@click.option(
+    "--kernels",
+    type=click.Choice(KERNELS),
+    default="auto",
+    show_default=True,
+    help="auto: Triton on CUDA, the PyTorch references elsewhere. triton on a CPU needs TRITON_INTERPRET=1 (slow).",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
 def generate_command(
-    model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, as_json
+    model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, kernels, as_json
 ) -> None:
     """Continue one prompt with the model and print the text (no server)."""
     import json
@@ -245,10 +276,10 @@ def generate_command(
     from lexi.gguf.reader import read_gguf
     from lexi.gguf.tokenizer import Tokenizer
     from lexi.model.generate import GenerateConfig, generate_tokens
-    from lexi.model.loader import LoadConfig, load_model
+    from lexi.model.loader import load_model
 
+    load = _load_config(dtype=dtype, device=device, deterministic=deterministic, kernels=kernels)
     try:
-        load = LoadConfig(dtype=dtype, device=device, deterministic=deterministic)
         gen = GenerateConfig(n_predict=n_predict)
         params = SamplingParams(
             temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max(n_predict, 1)

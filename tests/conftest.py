@@ -7,6 +7,10 @@ import os
 # Before torch is imported: models load on one thread and engines step on another, and libgomp's default
 # spin-waiting then lets the idle OpenMP team starve the busy one on 2 cores.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Triton kernels run on the CPU through Triton's interpreter (kernel tests, and `--kernels triton` through the
+# model and engine). Triton chooses the interpreter when a `@triton.jit` function is defined, so the variable is
+# set here, before any test module imports a kernel module. `--kernels auto` never picks Triton on a CPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 

@@ -186,10 +186,11 @@ def _attend_one_token_rows(
 PAGED_ATTENTION_VARIANTS = ("auto", "reference", "decode", "prefill")
 
 
-def choose_variant(device: torch.device, meta: AttentionMetadata) -> str:
-    """The implementation `paged_attention` runs: Triton on CUDA (the decode kernel when every sequence
-    adds exactly one token, the prefill kernel for any other mix), the PyTorch reference elsewhere."""
-    if device.type != "cuda":
+def choose_variant(device: torch.device, meta: AttentionMetadata, kernels: str = "auto") -> str:
+    """The implementation `paged_attention` runs: a Triton kernel for kernels "triton" (and for "auto" on CUDA):
+    the decode kernel when every sequence adds exactly one token, the prefill kernel for any other mix; the
+    PyTorch reference for kernels "reference" (and for "auto" elsewhere)."""
+    if kernels == "reference" or (kernels == "auto" and device.type != "cuda"):
         return "reference"
     if meta.num_seqs > 0 and all(b - a == 1 for a, b in pairwise(meta.query_start_host)):
         return "decode"
@@ -206,13 +207,15 @@ def paged_attention(
     sliding_window: int = 0,
     softcap: float = 0.0,
     variant: str = "auto",
+    kernels: str = "auto",
 ) -> torch.Tensor:
     """Same contract as `paged_attention_ref`; `variant` forces one implementation (tests run the Triton
-    ones on the CPU under TRITON_INTERPRET=1), "auto" asks `choose_variant`."""
+    ones on the CPU under TRITON_INTERPRET=1), "auto" asks `choose_variant` with `kernels` (auto | triton |
+    reference, see lexi/kernels/backend.py)."""
     if variant not in PAGED_ATTENTION_VARIANTS:
         raise ValueError(f"variant must be one of {PAGED_ATTENTION_VARIANTS}, got {variant!r}")
     if variant == "auto":
-        variant = choose_variant(q.device, meta)
+        variant = choose_variant(q.device, meta, kernels)
     kwargs = {"scale": scale, "sliding_window": sliding_window, "softcap": softcap}
     if variant == "decode":
         # Imported here: importing the model must not import Triton (nor fix its interpreter choice).

@@ -38,6 +38,7 @@ class Attention(nn.Module):
         q_norm: RMSNorm | None = None,
         k_norm: RMSNorm | None = None,
         qkv: StackedProjection | None = None,
+        kernels: str = "auto",
     ) -> None:
         super().__init__()
         self.wq, self.wk, self.wv, self.wo = wq, wk, wv, wo
@@ -46,6 +47,7 @@ class Attention(nn.Module):
         self.rope_dim, self.rope_style = rope_dim, rope_style
         self.scale, self.sliding_window, self.softcap = scale, sliding_window, softcap
         self.qkv = qkv
+        self.kernels = kernels  # paged attention implementations: auto | triton | reference (kernels/backend.py)
         self.qkv_max_rows = fast_max_rows(qkv.weight) if qkv is not None else 0
         self.qk_norm: RMSNorm | None = None
         if q_norm is not None and k_norm is not None:
@@ -90,14 +92,15 @@ class Attention(nn.Module):
         k_cache, v_cache = cache
         write_kv(k, v.reshape(t, kvh, d), k_cache, v_cache, meta.slot_mapping)
         kwargs = {"scale": self.scale, "sliding_window": self.sliding_window}
-        if plan.deterministic and q.device.type == "cpu":
+        if plan.deterministic and q.device.type == "cpu" and self.kernels != "triton":
             o = attention_rowwise(q, k_cache, v_cache, meta, softcap=self.softcap, **kwargs)
         elif plan.decode is not None and self.softcap == 0.0:
             o = decode_attention(q, k_cache, v_cache, plan.decode, **kwargs)
         else:
-            o = paged_attention(q.contiguous(), k_cache, v_cache, meta, softcap=self.softcap, **kwargs)
+            q = q.contiguous()
+            o = paged_attention(q, k_cache, v_cache, meta, softcap=self.softcap, kernels=self.kernels, **kwargs)
         return self.wo(o.reshape(t, h * d), plan.deterministic)
 
     def extra_repr(self) -> str:
         h = f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}"
-        return f"{h}, window={self.sliding_window}, stacked_qkv={self.qkv is not None}"
+        return f"{h}, window={self.sliding_window}, stacked_qkv={self.qkv is not None}, kernels={self.kernels}"

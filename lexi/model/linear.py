@@ -1,9 +1,10 @@
 """Linear layers and the token embedding as a module swap over GGUF tensors.
 
 On CUDA a `QuantLinear` keeps the GGUF blocks (a `QuantWeight`) and calls the quantized matmul, so
-weights stay as small on the device as they are in the file. On a CPU the weight is dequantized once
-at load into the compute dtype and `forward` is a plain `F.linear`: there the reference math is the
-serving path. For bfloat16 loads on a CPU a quantized layer also keeps a compact decode copy
+weights stay as small on the device as they are in the file; `kernels` (lexi/kernels/backend.py) says
+whether the Triton kernels or the reference read them (Triton on a CPU: the interpreter, for tests). On a CPU
+the weight is dequantized once at load into the compute dtype and `forward` is a plain `F.linear`: there the
+reference math is the serving path. For bfloat16 loads on a CPU a quantized layer also keeps a compact decode copy
 (`lexi.model.fast_weights`: int4 for Q4_0/Q4_1/Q4_K, per-row int8 otherwise): torch's weight-only matmuls
 read a quarter or half of the bytes, so they win for decode-sized inputs, while the dense GEMM wins for
 prefill; `use_fast` picks by the number of rows.
@@ -54,7 +55,11 @@ class QuantLinear(nn.Module):
     """y = x W^T (+ b), W either dense (CPU) or GGUF blocks read by `lexi.kernels.qmatmul` (CUDA)."""
 
     def __init__(
-        self, weight: torch.Tensor | None, qweight: QuantWeight | None, bias: torch.Tensor | None = None
+        self,
+        weight: torch.Tensor | None,
+        qweight: QuantWeight | None,
+        bias: torch.Tensor | None = None,
+        kernels: str = "auto",
     ) -> None:
         super().__init__()
         if (weight is None) == (qweight is None):
@@ -66,6 +71,7 @@ class QuantLinear(nn.Module):
         self.out_features, self.in_features = shape
         self.fast: FastWeight | None = None  # an optional decode copy of a dense CPU weight, see use_fast
         self.fast_max_rows = 0
+        self.kernels = kernels  # which qmatmul implementations read `qweight`: auto | triton | reference
 
     def set_fast(self, w: FastWeight | None) -> None:
         self.fast, self.fast_max_rows = w, fast_max_rows(w)
@@ -84,13 +90,15 @@ class QuantLinear(nn.Module):
         bias: TensorInfo | None = None,
         quantized: bool = False,
         fast: bool = True,
+        kernels: str = "auto",
     ) -> QuantLinear:
-        """`fast`: keep a decode copy on a CPU bfloat16 load (off for layers a stacked projection covers)."""
+        """`fast`: keep a decode copy on a CPU bfloat16 load (off for layers a stacked projection covers).
+        `kernels`: the qmatmul implementations of a quantized layer (lexi/kernels/backend.py)."""
         b = None if bias is None else dequantize_tensor(bias).to(device=device, dtype=dtype)
         if quantized and info.qtype.name not in _DENSE_TYPES:
             from lexi.kernels.qmatmul import QuantWeight
 
-            return cls(None, QuantWeight.from_gguf(info, device), b)
+            return cls(None, QuantWeight.from_gguf(info, device), b, kernels=kernels)
         layer = cls(dense_weight(info, dtype, device), None, b)
         if fast and dtype == torch.bfloat16 and torch.device(device).type == "cpu":
             layer.set_fast(fast_weight([info]))
@@ -102,7 +110,8 @@ class QuantLinear(nn.Module):
         if self.qweight is not None:
             from lexi.kernels.qmatmul import qmatmul
 
-            y = qmatmul(x.reshape(-1, x.shape[-1]), self.qweight).reshape(*x.shape[:-1], self.out_features)
+            flat = x.reshape(-1, x.shape[-1])
+            y = qmatmul(flat, self.qweight, kernels=self.kernels).reshape(*x.shape[:-1], self.out_features)
             return y if self.bias is None else y + self.bias
         rows = x.numel() // x.shape[-1]
         if self.use_fast(rows, force_fast) and x.dtype == torch.bfloat16:
@@ -117,7 +126,7 @@ class QuantLinear(nn.Module):
 
     def extra_repr(self) -> str:
         fast = "" if self.fast is None else "+int4" if isinstance(self.fast, Int4Weight) else "+int8"
-        kind = self.qweight.qtype.name if self.qweight is not None else "dense" + fast
+        kind = f"{self.qweight.qtype.name} ({self.kernels})" if self.qweight is not None else "dense" + fast
         return f"in={self.in_features}, out={self.out_features}, {kind}, bias={self.bias is not None}"
 
 

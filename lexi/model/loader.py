@@ -11,6 +11,7 @@ import torch
 
 from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
+from lexi.kernels.backend import KERNELS, Kernels, interpreter_enabled, resolve_kernels
 from lexi.kernels.int8_cpu import int8_supported
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
@@ -35,16 +36,27 @@ CPU_AUTO_DTYPE = torch.bfloat16
 CUDA_AUTO_DTYPE = torch.bfloat16
 
 
+class LoadConfigError(ValueError):
+    """A LoadConfig that cannot be served on this machine; `field` names the field (and CLI option) at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
 @dataclass(frozen=True, slots=True)
 class LoadConfig:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16: the compute dtype of activations and dense weights
     device: str = "auto"  # auto | cpu | cuda
-    # Keep linear weights as GGUF blocks read by lexi.kernels.qmatmul; None = on CUDA only. Forcing it on
-    # a CPU runs qmatmul's PyTorch reference (slow), which tests use to check the CUDA path's wiring.
+    # Keep linear weights as GGUF blocks read by lexi.kernels.qmatmul; None = on CUDA or with Triton kernels.
+    # Forcing it on a CPU runs qmatmul's PyTorch reference (slow), which tests use to check the CUDA path's wiring.
     quantized: bool | None = None
     # Row-independent paths only (lexi/model/step.py): greedy tokens then do not depend on the batch a request
     # shares or on prefix-cache hits, at the price of slower prefill (bench/RESULTS.md measures it).
     deterministic: bool = False
+    # auto | triton | reference (lexi/kernels/backend.py): auto is Triton on CUDA, the PyTorch references
+    # elsewhere; triton on a CPU runs the kernels in Triton's interpreter (TRITON_INTERPRET=1; tests).
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.deterministic, bool):
@@ -55,17 +67,36 @@ class LoadConfig:
             raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {self.dtype!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {self.device!r}")
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {', '.join(KERNELS)}; got {self.kernels!r}")
+        if self.kernels == "triton" and self.quantized is False:
+            raise ValueError("kernels 'triton' reads the GGUF blocks: quantized cannot be False")
+        if self.kernels == "triton" and self.deterministic:
+            raise ValueError("deterministic takes the CPU reference's row-independent paths: not with kernels 'triton'")
 
-    def resolve(self) -> tuple[torch.device, torch.dtype]:
+    def resolve(self) -> tuple[torch.device, torch.dtype, Kernels]:
+        """(device, compute dtype, kernels) on this machine; LoadConfigError names the field that cannot be met."""
         if self.device == "auto":
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
             device = torch.device(self.device)
             if device.type == "cuda" and not torch.cuda.is_available():
-                raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
+                raise LoadConfigError("device", "'cuda' was asked for but torch sees no CUDA device")
+        try:
+            kernels = resolve_kernels(self.kernels, device.type)
+        except ValueError as exc:
+            raise LoadConfigError("kernels", str(exc)) from None
+        interpreted = kernels == "triton" and device.type != "cuda" and interpreter_enabled()
         if self.dtype != "auto":
-            return device, DTYPES[self.dtype]
-        return device, CUDA_AUTO_DTYPE if device.type == "cuda" else CPU_AUTO_DTYPE
+            dtype = DTYPES[self.dtype]
+            if interpreted and dtype == torch.bfloat16:
+                # Measured (triton 3.9): a bfloat16 tl.dot returns values near 1e10 in the interpreter.
+                raise LoadConfigError("dtype", "Triton's interpreter computes bfloat16 tl.dot wrongly; use float32")
+        elif device.type == "cuda":
+            dtype = CUDA_AUTO_DTYPE
+        else:
+            dtype = torch.float32 if interpreted else CPU_AUTO_DTYPE
+        return device, dtype, kernels
 
 
 class _Tensors:
@@ -104,14 +135,17 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
     """Dequantize (CPU) or upload the blocks of (CUDA) every tensor of `f` into a ready `Transformer`."""
     config = config or LoadConfig()
     args = model_args_from_gguf(f)
-    device, dtype = config.resolve()
+    device, dtype, kernels = config.resolve()
     if dtype == torch.float16 and args.family == "gemma3":
         # Measured: Gemma 3's activations pass 65504 and every logit comes out NaN in float16.
         raise ValueError("dtype float16 overflows Gemma 3's activations (NaN logits); use bfloat16 or float32")
-    quantized = device.type == "cuda" if config.quantized is None else config.quantized
+    if config.quantized is None:
+        quantized = device.type == "cuda" or kernels == "triton"
+    else:
+        quantized = config.quantized
     bar = _progress_bar(f, progress)
     try:
-        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized, config.deterministic)
+        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized, config.deterministic, kernels)
     finally:
         if bar is not None:
             bar.close()
@@ -126,9 +160,10 @@ def _build(
     device: torch.device,
     quantized: bool,
     deterministic: bool = False,
+    kernels: Kernels = "reference",
 ) -> Transformer:
     # The CPU bfloat16 path: decode copies of the quantized weights, stacked per input (lexi/model/fast_weights.py).
-    cpu_fast = device.type == "cpu" and dtype == torch.bfloat16 and not quantized
+    cpu_fast = device.type == "cpu" and dtype == torch.bfloat16 and not quantized and kernels == "reference"
 
     def stacked(names: list[str], bias: bool = False) -> StackedProjection | None:
         if not cpu_fast:
@@ -145,7 +180,7 @@ def _build(
         info = t.get(f"{name}.weight")
         _check_shape(f, info, (out_f, in_f))
         b = t.get(f"{name}.bias") if bias else None
-        return QuantLinear.from_gguf(info, dtype, device, bias=b, quantized=quantized, fast=fast)
+        return QuantLinear.from_gguf(info, dtype, device, bias=b, quantized=quantized, fast=fast, kernels=kernels)
 
     a = args
     emb_info = t.get("token_embd.weight")
@@ -184,6 +219,7 @@ def _build(
             q_norm=norm(f"{p}.attn_q_norm.weight", a.head_dim) if a.qk_norm else None,
             k_norm=norm(f"{p}.attn_k_norm.weight", a.head_dim) if a.qk_norm else None,
             qkv=stacked([f"{p}.attn_q", f"{p}.attn_k", f"{p}.attn_v"], a.qkv_bias),
+            kernels=kernels,
         )
         mlp = GatedMLP(
             linear(f"{p}.ffn_gate", a.ffn_dim, a.dim, fast=False),
@@ -212,7 +248,7 @@ def _build(
     elif a.tied_output and not quantized:  # share the embedding's dense matrix: no second copy of the largest tensor
         output = OutputHead(QuantLinear(embed.weight.data, None))
     else:
-        output = OutputHead(QuantLinear.from_gguf(head_info, head_dtype, device, quantized=quantized))
+        output = OutputHead(QuantLinear.from_gguf(head_info, head_dtype, device, quantized=quantized, kernels=kernels))
     freq_factors = None
     if a.has_rope_freqs:
         info = t.get("rope_freqs.weight")
@@ -220,5 +256,5 @@ def _build(
         freq_factors = dequantize_tensor(info)
     final_norm = norm("output_norm.weight", a.dim)
     return Transformer(
-        args, embed, blocks, final_norm, output, dtype, device, freq_factors, deterministic=deterministic
+        args, embed, blocks, final_norm, output, dtype, device, freq_factors, deterministic, kernels=kernels
     )

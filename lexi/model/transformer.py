@@ -67,6 +67,7 @@ class Transformer(nn.Module):
         device: torch.device,
         rope_freq_factors: torch.Tensor | None = None,
         deterministic: bool = False,
+        kernels: str = "reference",
     ) -> None:
         super().__init__()
         self.args, self.dtype, self.device = args, dtype, device
@@ -90,8 +91,13 @@ class Transformer(nn.Module):
             inv_local = inverse_frequencies(args.rope_dim, args.rope_base_local).to(device)
             self.rope_local = RopeCache(inv_local, 1.0, args.rope_style)
         self.windows = frozenset(args.layer_windows)
+        # "triton" or "reference" (lexi/kernels/backend.py), as the layers were built with. The CPU's own paths below
+        # (decode copies, the decode attention plan) serve the reference only: with Triton kernels on a CPU (the
+        # interpreter, for tests) every step takes the modules, as it does on CUDA.
+        self.kernels = kernels
+        self.cpu_paths = device.type == "cpu" and kernels == "reference"
         # CPU decode steps run one lean loop over the layers' decode copies (lexi/model/decode_cpu.py).
-        self.decode_stack = DecodeStack.from_blocks(blocks, dtype) if device.type == "cpu" else None
+        self.decode_stack = DecodeStack.from_blocks(blocks, dtype) if self.cpu_paths else None
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
         """One (k, v) pair per layer, each (num_blocks, block_size, n_kv_heads, head_dim) in the compute dtype."""
@@ -116,7 +122,7 @@ class Transformer(nn.Module):
             meta,
             self.rope_global,
             self.rope_local,
-            cpu=x.device.type == "cpu",
+            cpu=self.cpu_paths,
             block_size=kv_cache[0][0].shape[1],
             windows=self.windows,
             deterministic=self.deterministic,

@@ -193,6 +193,9 @@ def test_dispatch_picks_by_device_and_batch():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert [choose_variant(cuda, m) for m in (decode, mixed, idle)] == ["decode", "prefill", "prefill"]
     assert choose_variant(cpu, decode) == "reference"
+    # --kernels: triton picks the kernels on any device (the interpreter on a CPU), reference the reference on CUDA.
+    assert [choose_variant(cpu, m, "triton") for m in (decode, mixed)] == ["decode", "prefill"]
+    assert choose_variant(cuda, decode, "reference") == "reference"
     with pytest.raises(ValueError, match="one new token"):
         case = make_case([3, 1], [5, 0], (1, 1, 64), torch.float32)
         paged_attention_decode(case.q, case.k_cache, case.v_cache, case.meta, scale=case.scale)

@@ -154,6 +154,12 @@ def test_dispatch():
         assert got.dtype == dtype and torch.equal(got, qmatmul_ref(x, w))
     meta = torch.empty(16, 64, device="meta")
     assert choose_variant(meta, w) == "ref"
+    # --kernels triton: the Triton kernels by row count on any device (the interpreter on a CPU).
+    assert [choose_variant(torch.zeros(m, 64), w, "triton") for m in (1, 16, 17)] == ["gemv", "gemv", "gemm"]
+    assert choose_variant(meta, w, "reference") == "ref"
+    for m in (3, 40):  # through the dispatch with the interpreter's tiles
+        x = torch.randn(m, 64)
+        check(qmatmul(x, w, kernels="triton"), qmatmul_ref(x, w), f"dispatched triton m={m}")
     with pytest.raises(ValueError, match="variant"):
         qmatmul(cpu, w, variant="fast")
     empty = torch.zeros(0, 64)

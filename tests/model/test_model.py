@@ -59,8 +59,14 @@ def test_load_config_validates():
         LoadConfig(dtype="int4")
     with pytest.raises(ValueError, match="device"):
         LoadConfig(device="tpu")
-    device, dtype = LoadConfig(dtype="float16", device="cpu").resolve()
-    assert (device.type, dtype) == ("cpu", torch.float16)
+    with pytest.raises(ValueError, match="kernels"):
+        LoadConfig(kernels="cuda")
+    with pytest.raises(ValueError, match="quantized"):
+        LoadConfig(kernels="triton", quantized=False)
+    with pytest.raises(ValueError, match="deterministic"):
+        LoadConfig(kernels="triton", deterministic=True)
+    device, dtype, kernels = LoadConfig(dtype="float16", device="cpu").resolve()
+    assert (device.type, dtype, kernels) == ("cpu", torch.float16, "reference")
 
 
 def test_float16_is_refused_for_gemma3(gemma3_gguf):

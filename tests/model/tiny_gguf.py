@@ -1,6 +1,7 @@
 """Tiny GGUF files with random weights, written with gguf-py, for the families and tensor types that the
 bundled models lack. The vocabulary (tokens, types, merges) is SmolLM2's, so the files are complete
-enough for transformers to load as well.
+enough for transformers to load as well; `small_vocab` cuts it to its first tokens for tests where the output
+layer's size matters (Triton's interpreter pays for every weight element of every step).
 """
 
 from __future__ import annotations
@@ -27,11 +28,31 @@ class TinySpec:
     ffn_dim: int
     linear_types: tuple[Q, ...]  # cycled over the linear weights in file order
     embed_type: Q = Q.Q8_0
+    output_type: Q | None = None  # an untied output layer's type; None: the next of linear_types
     qkv_bias: bool = False
     qk_norm: bool = False
     tied: bool = True
     rope_base: float = 10000.0
+    sandwich_norm: bool = False  # gemma3: norms after attention and after the MLP too
+    sliding_window: int = 0  # gemma3: window of the sliding layers (0: none written)
+    sliding_window_pattern: int = 6  # gemma3: every n-th layer is global
     extra: dict = field(default_factory=dict)
+
+
+def small_vocab(metadata: dict, size: int) -> dict:
+    """The tokenizer metadata of `metadata` (a GPT-2 BPE vocabulary: control tokens, the 256 bytes, then one token
+    per merge, in merge order) cut to its first `size` tokens and the merges that build them: every text still
+    encodes, with fewer merges."""
+    tokens = metadata["tokenizer.ggml.tokens"][:size]
+    kept = set(tokens)
+    merges = [m for m in metadata["tokenizer.ggml.merges"] if m.replace(" ", "", 1) in kept]
+    assert all(a in kept and b in kept for a, b in (m.split(" ", 1) for m in merges))
+    return {
+        **metadata,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": metadata["tokenizer.ggml.token_type"][:size],
+        "tokenizer.ggml.merges": merges,
+    }
 
 
 def _random_k_blocks(rng: np.random.Generator, rows: int, cols: int, qtype: Q, std: float) -> np.ndarray:
@@ -88,6 +109,9 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
     w.add_bos_token_id(vocab_from["tokenizer.ggml.bos_token_id"])
     w.add_eos_token_id(vocab_from["tokenizer.ggml.eos_token_id"])
     w.add_add_bos_token(False)
+    if spec.sliding_window:
+        w.add_sliding_window(spec.sliding_window)
+        w.add_sliding_window_pattern(spec.sliding_window_pattern)
     for key, value in spec.extra.items():
         w.add_key_value(key, value[0], value[1])
 
@@ -118,12 +142,18 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
             norm(f"{p}.attn_q_norm.weight", hd)
             norm(f"{p}.attn_k_norm.weight", hd)
         linear(f"{p}.attn_output.weight", d, q_dim)
+        if spec.sandwich_norm:
+            norm(f"{p}.post_attention_norm.weight", d)
         norm(f"{p}.ffn_norm.weight", d)
         linear(f"{p}.ffn_gate.weight", spec.ffn_dim, d)
         linear(f"{p}.ffn_up.weight", spec.ffn_dim, d)
         linear(f"{p}.ffn_down.weight", d, spec.ffn_dim)
+        if spec.sandwich_norm:
+            norm(f"{p}.post_ffw_norm.weight", d)
     norm("output_norm.weight", d)
-    if not spec.tied:
+    if not spec.tied and spec.output_type is not None:
+        add("output.weight", _tensor(rng, (vocab, d), spec.output_type, d**-0.5), spec.output_type)
+    elif not spec.tied:
         linear("output.weight", vocab, d)
     w.write_header_to_file()
     w.write_kv_data_to_file()
