@@ -1,0 +1,261 @@
+"""Synthetic GGUF models of real shapes: random but valid blocks in a Q4_K_M-like type mix, a real vocabulary.
+
+Why: the device machine receives at most 64 MiB per call, so no real 8B model (nor even the bundled 98 MB SmolLM2)
+can travel there; this writes one on the spot in seconds. Weights are random bytes, except every fp16 scale
+field, which gets a finite value sized so that each layer's outputs keep roughly unit scale (no NaN/Inf
+anywhere): the text is nonsense, the shapes, types, bytes read and FLOPs are the real model's.
+
+Type mix, after llama.cpp's Q4_K_M: Q4_K everywhere, Q6_K for the output layer and for attn_v and ffn_down of
+the first and last eighth of the layers and of every third layer between; norms F32. The vocabulary and
+tokenizer metadata come from a bundled model (or a small export of them, `export-vocab`), padded with plain
+tokens `[synthN]` up to the shape's vocabulary size, or cut to a smaller one (its first tokens and the merges
+that build them).
+
+    python bench/synth_gguf.py write llama3-8b /tmp/llama3-8b.gguf            # ~4.9 GB
+    python bench/synth_gguf.py export-vocab .whl/smollm2-vocab.json.gz       # 0.4 MB, travels to the device
+    python bench/synth_gguf.py write tiny-gemma3 /tmp/t.gguf --vocab-from .whl/smollm2-vocab.json.gz --vocab 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
+
+# Byte offsets of the fp16 fields (d, dmin) in each block type this script writes (ggml-common.h).
+_F16_FIELDS = {Q.Q4_K: (0, 2), Q.Q6_K: (208,), Q.Q8_0: (0,)}
+_TOKENIZER_KEYS = (
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    arch: str  # llama | qwen3 | gemma3
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab: int
+    context: int
+    rope_base: float
+    tied: bool
+    sliding_window: int = 0  # gemma3: every sliding_pattern-th layer global, the others windowed
+    sliding_pattern: int = 6
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch in ("qwen3", "gemma3")
+
+
+SHAPES = {
+    "llama3-8b": Shape("llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.0, tied=False),
+    "qwen3-8b": Shape("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 40960, 1000000.0, tied=False),
+    "gemma3-4b": Shape("gemma3", 2560, 34, 8, 4, 256, 10240, 262208, 131072, 1000000.0, True, 1024),
+    "tiny-llama": Shape("llama", 256, 2, 4, 2, 64, 512, 49152, 2048, 10000.0, tied=False),
+    "tiny-qwen3": Shape("qwen3", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, tied=False),
+    "tiny-gemma3": Shape("gemma3", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, True, 16, 2),
+}
+
+
+def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
+    """(name, (rows, cols) or (size,), type) of every tensor, in file order."""
+    s, q_dim, kv_dim = shape, shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim
+    n = s.n_layers
+    out: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (s.vocab, s.dim), Q.Q4_K)]
+    for i in range(n):
+        # llama.cpp's use_more_bits: the first and last eighth of the layers, and every third one between.
+        more = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+        wide = Q.Q6_K if more else Q.Q4_K
+        p = f"blk.{i}"
+        out += [(f"{p}.attn_norm.weight", (s.dim,), Q.F32)]
+        out += [(f"{p}.attn_q.weight", (q_dim, s.dim), Q.Q4_K), (f"{p}.attn_k.weight", (kv_dim, s.dim), Q.Q4_K)]
+        out += [(f"{p}.attn_v.weight", (kv_dim, s.dim), wide)]
+        if s.qk_norm:
+            out += [
+                (f"{p}.attn_q_norm.weight", (s.head_dim,), Q.F32),
+                (f"{p}.attn_k_norm.weight", (s.head_dim,), Q.F32),
+            ]
+        out += [(f"{p}.attn_output.weight", (s.dim, q_dim), Q.Q4_K)]
+        if s.arch == "gemma3":
+            out += [(f"{p}.post_attention_norm.weight", (s.dim,), Q.F32)]
+        out += [(f"{p}.ffn_norm.weight", (s.dim,), Q.F32)]
+        out += [
+            (f"{p}.ffn_gate.weight", (s.ffn_dim, s.dim), Q.Q4_K),
+            (f"{p}.ffn_up.weight", (s.ffn_dim, s.dim), Q.Q4_K),
+        ]
+        out += [(f"{p}.ffn_down.weight", (s.dim, s.ffn_dim), wide)]
+        if s.arch == "gemma3":
+            out += [(f"{p}.post_ffw_norm.weight", (s.dim,), Q.F32)]
+    out += [("output_norm.weight", (s.dim,), Q.F32)]
+    if not s.tied:
+        out += [("output.weight", (s.vocab, s.dim), Q.Q6_K)]
+    return out
+
+
+def _unit_spread(qtype: Q) -> float:
+    """Standard deviation of the values of random blocks whose fp16 fields are all 1.0."""
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(256, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8)
+    for off in _F16_FIELDS[qtype]:
+        raw[:, off : off + 2] = np.full((256, 1), 1.0, np.float16).view(np.uint8)
+    return float(gguf.quants.dequantize(raw, qtype).std())
+
+
+def random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype: Q, std: float, spread: float) -> np.ndarray:
+    """(rows, row_bytes) uint8: random quants, fp16 fields set so the values have about `std` (finite)."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    n_blocks = rows * cols // block
+    raw = np.frombuffer(rng.bytes(n_blocks * size), dtype=np.uint8).reshape(n_blocks, size).copy()
+    scale = (std / spread) * rng.uniform(0.5, 1.5, size=(n_blocks, 1)).astype(np.float32)
+    scale_bytes = scale.astype(np.float16).view(np.uint8)
+    for off in _F16_FIELDS[qtype]:
+        raw[:, off : off + 2] = scale_bytes
+    return raw.reshape(rows, cols // block * size)
+
+
+def load_vocab(source: str) -> dict:
+    """Tokenizer metadata from a GGUF path, a bundled model's name, or an `export-vocab` file (.json.gz)."""
+    if source.endswith(".json.gz"):
+        with gzip.open(source, "rt", encoding="utf-8") as fh:
+            return json.load(fh)
+    from lexi.gguf.bundled import resolve_model
+    from lexi.gguf.reader import read_gguf
+
+    path = Path(source) if Path(source).exists() else resolve_model(source)
+    meta = read_gguf(path).metadata
+    return {k: (list(meta[k]) if isinstance(meta[k], list | tuple) else meta[k]) for k in _TOKENIZER_KEYS}
+
+
+def sized_vocab(vocab: dict, size: int) -> dict:
+    """The vocabulary cut to its first `size` tokens (with the merges that build them), or padded with plain
+    `[synthN]` tokens up to `size` (a model's vocabulary size decides its output layer's cost)."""
+    tokens, types = list(vocab["tokenizer.ggml.tokens"]), list(vocab["tokenizer.ggml.token_type"])
+    merges = list(vocab["tokenizer.ggml.merges"])
+    if size <= len(tokens):
+        tokens, types = tokens[:size], types[:size]
+        kept = set(tokens)
+        merges = [m for m in merges if m.replace(" ", "", 1) in kept and all(p in kept for p in m.split(" ", 1))]
+    else:
+        tokens += [f"[synth{i}]" for i in range(len(tokens), size)]
+        types += [1] * (size - len(types))  # NORMAL: visible text when a random model samples one
+    if max(vocab["tokenizer.ggml.bos_token_id"], vocab["tokenizer.ggml.eos_token_id"]) >= size:
+        raise ValueError(f"vocab size {size} drops the BOS or EOS token")
+    return {
+        **vocab,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+    }
+
+
+def write_synthetic(path: Path, shape: Shape, vocab: dict, seed: int = 0) -> int:
+    """Write the model; returns the file's size in bytes. Streams tensor by tensor (memory: the largest one)."""
+    vocab = sized_vocab(vocab, shape.vocab)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), shape.arch)
+    w.add_name(f"synthetic-{shape.arch}")
+    w.add_block_count(shape.n_layers)
+    w.add_context_length(shape.context)
+    w.add_embedding_length(shape.dim)
+    w.add_feed_forward_length(shape.ffn_dim)
+    w.add_head_count(shape.n_heads)
+    w.add_head_count_kv(shape.n_kv_heads)
+    w.add_key_length(shape.head_dim)
+    w.add_value_length(shape.head_dim)
+    w.add_rope_dimension_count(shape.head_dim)
+    w.add_rope_freq_base(shape.rope_base)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(shape.vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    if shape.sliding_window:
+        w.add_sliding_window(shape.sliding_window)
+        w.add_sliding_window_pattern(shape.sliding_pattern)
+    w.add_tokenizer_model(vocab["tokenizer.ggml.model"])
+    w.add_tokenizer_pre(vocab["tokenizer.ggml.pre"])
+    w.add_token_list(vocab["tokenizer.ggml.tokens"])
+    w.add_token_types(vocab["tokenizer.ggml.token_type"])
+    w.add_token_merges(vocab["tokenizer.ggml.merges"])
+    w.add_bos_token_id(vocab["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(vocab["tokenizer.ggml.eos_token_id"])
+    w.add_add_bos_token(False)
+    plan = tensors(shape)
+    for name, dims, qtype in plan:
+        if qtype == Q.F32:
+            w.add_tensor_info(name, dims, np.dtype(np.float32), dims[0] * 4)
+        else:
+            rows, cols = dims
+            block, size = GGML_QUANT_SIZES[qtype]
+            w.add_tensor_info(
+                name, (rows, cols // block * size), np.dtype(np.uint8), rows * cols // block * size, qtype
+            )
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    spreads = {q: _unit_spread(q) for q in {q for _, _, q in plan if q != Q.F32}}
+    for name, dims, qtype in plan:
+        if qtype == Q.F32:
+            w.write_tensor_data((1.0 + 0.05 * rng.standard_normal(dims[0])).astype(np.float32))
+            continue
+        rows, cols = dims
+        # Unit-variance inputs give unit-variance outputs. Embedding rows have unit scale as the model reads them:
+        # gemma3 multiplies them by sqrt(dim), so its (tied) table is stored that much smaller.
+        std = cols**-0.5
+        if name == "token_embd.weight":
+            std = cols**-0.5 if shape.arch == "gemma3" else 1.0
+        w.write_tensor_data(random_blocks(rng, rows, cols, qtype, std, spreads[qtype]))
+    w.close()
+    return path.stat().st_size
+
+
+def export_vocab(source: str, out: Path) -> int:
+    with gzip.open(out, "wt", encoding="utf-8") as fh:
+        json.dump(load_vocab(source), fh, ensure_ascii=False)
+    return out.stat().st_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    write = sub.add_parser("write", help="write a synthetic model")
+    write.add_argument("shape", choices=sorted(SHAPES))
+    write.add_argument("out", type=Path)
+    write.add_argument("--vocab-from", default="smollm2-135m-instruct", help="GGUF path, bundled name or .json.gz")
+    write.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the shape's)")
+    write.add_argument("--seed", type=int, default=0)
+    export = sub.add_parser("export-vocab", help="write a bundled model's tokenizer metadata as .json.gz")
+    export.add_argument("out", type=Path)
+    export.add_argument("--vocab-from", default="smollm2-135m-instruct")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    if args.command == "export-vocab":
+        size = export_vocab(args.vocab_from, args.out)
+    else:
+        shape = SHAPES[args.shape]
+        if args.vocab is not None:
+            shape = dataclasses.replace(shape, vocab=args.vocab)
+        size = write_synthetic(args.out, shape, load_vocab(args.vocab_from), args.seed)
+    print(f"{args.out}: {size / 1e6:.1f} MB in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

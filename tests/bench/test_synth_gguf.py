@@ -1,0 +1,77 @@
+"""bench/synth_gguf.py: the synthetic models the device check serves are valid GGUF files that load and generate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf.quants import dequantize
+
+from lexi.gguf.reader import read_gguf
+from lexi.gguf.tokenizer import Tokenizer
+from lexi.model.args import model_args_from_gguf
+from lexi.model.loader import LoadConfig, load_model
+from lexi.model.single import SingleSequence
+
+ROOT = Path(__file__).resolve().parents[2]
+SYNTH = ROOT / "bench" / "synth_gguf.py"
+
+
+def _run(*args: str, exe: str = sys.executable) -> str:
+    run = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+@pytest.fixture(scope="module")
+def vocab_export(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth") / "smollm2-vocab.json.gz"
+    _run(str(SYNTH), "export-vocab", str(out))
+    assert out.stat().st_size < 1 << 20  # it travels to the device machine with the wheels
+    return out
+
+
+@pytest.mark.parametrize("shape", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+def test_tiny_synthetic_model_loads_and_generates(tmp_path, vocab_export, shape):
+    path = tmp_path / f"{shape}.gguf"
+    _run(str(SYNTH), "write", shape, str(path), "--vocab-from", str(vocab_export), "--vocab", "4096")
+    f = read_gguf(path)
+    args = model_args_from_gguf(f)
+    assert (args.family, args.vocab_size, args.n_layers) == (shape.removeprefix("tiny-"), 4096, 2)
+    assert args.layer_windows == ((16, 0) if shape == "tiny-gemma3" else (0, 0))
+    kinds = Counter(info.qtype.name for info in f.tensors.values())
+    assert set(kinds) == {"Q4_K", "Q6_K", "F32"} and kinds["Q4_K"] > kinds["Q6_K"]
+    for info in f.tensors.values():  # every block decodes to finite values of a sane scale
+        values = dequantize(np.asarray(info.data), info.qtype)
+        assert np.isfinite(values).all() and 0.0 < float(np.abs(values).max()) < 100.0, info.name
+    model = load_model(f, LoadConfig(dtype="float32", device="cpu"))
+    tokenizer = Tokenizer.from_gguf(f)
+    ids = tokenizer.encode("The quick brown fox jumps over the lazy dog")
+    logits = SingleSequence(model, 32).extend(ids, all_logits=True)
+    assert torch.isfinite(logits).all() and float(logits.std()) > 0.1
+    out = json.loads(_run("generate", "-m", str(path), "--prompt", "Hello", "--n-predict", "4", "--temp", "0",
+                          "--json", exe=str(Path(sys.executable).with_name("lexi-engine"))))  # fmt: skip
+    assert len(out["tokens"]) == 4 and all(0 <= t < 4096 for t in out["tokens"])
+
+
+def test_padded_vocabulary_reaches_the_shape_size(vocab_export):
+    sys.path.insert(0, str(SYNTH.parent))
+    try:
+        import synth_gguf
+    finally:
+        sys.path.remove(str(SYNTH.parent))
+    vocab = synth_gguf.load_vocab(str(vocab_export))
+    padded = synth_gguf.sized_vocab(vocab, 128256)
+    assert len(padded["tokenizer.ggml.tokens"]) == len(padded["tokenizer.ggml.token_type"]) == 128256
+    assert padded["tokenizer.ggml.tokens"][-1] == "[synth128255]"
+    assert padded["tokenizer.ggml.merges"] == vocab["tokenizer.ggml.merges"]
+    # Llama-3-8B's tensor list: 32 layers of 9 tensors, the embedding, the final norm and the output layer.
+    plan = synth_gguf.tensors(synth_gguf.SHAPES["llama3-8b"])
+    assert len(plan) == 32 * 9 + 3
+    assert sum(1 for _, _, q in plan if q.name == "Q6_K") == 1 + 2 * (4 + 4 + 8)  # output, attn_v/ffn_down wide
