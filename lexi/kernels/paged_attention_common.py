@@ -51,10 +51,19 @@ def _cap_scores(s, softcap):
     return softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
 
 
+def gpu_backend() -> str:
+    """The Triton backend torch was built for: "hip" (ROCm, whose devices are still "cuda") or "cuda"."""
+    return "hip" if torch.version.hip else "cuda"
+
+
 def dot_precision(dtype: torch.dtype) -> str:
-    """fp32 inputs: 3xTF32 ("tf32x3"), near-fp32 products on tensor cores; plain tf32 loses ~3 digits and
-    "ieee" falls back to FMA loops that spill heavily on sm_90. 16-bit inputs ignore the setting."""
-    return "tf32x3" if dtype == torch.float32 else "tf32"
+    """The `tl.dot` precision for fp32 inputs (16-bit inputs ignore it). CUDA: 3xTF32 ("tf32x3"), near-fp32
+    products on tensor cores; plain tf32 loses ~3 digits and "ieee" falls back to FMA loops that spill heavily on
+    sm_90. ROCm: Triton's AMD backend refuses "tf32x3" (it takes bf16x3, bf16x6, ieee, tf32), so "ieee", exact
+    fp32 (compiled for gfx942 without VGPR spills: tests/kernels/test_kernels_gfx942.py)."""
+    if dtype != torch.float32:
+        return "tf32"
+    return "ieee" if gpu_backend() == "hip" else "tf32x3"
 
 
 def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor) -> int:

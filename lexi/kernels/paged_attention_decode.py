@@ -36,6 +36,7 @@ from lexi.kernels.paged_attention_common import (
     check_inputs,
     check_out,
     dot_precision,
+    gpu_backend,
 )
 
 # Contexts shorter than this never split: one program streams them faster than a second launch merges.
@@ -136,8 +137,11 @@ def _paged_attention_reduce_kernel(
 
 def decode_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
     """(BLOCK_N keys per loop step, num_warps). Any power of two works with any block_size (token rows are
-    looked up one by one); fp32 inputs at wide heads halve it to stay in registers (checked for sm_90)."""
+    looked up one by one); fp32 inputs at wide heads halve it to stay in registers (checked for sm_90), and
+    quarter it at head_dim 256 on ROCm, whose 64 KiB of LDS a workgroup 32 keys overflow (66 KiB, gfx942)."""
     if dtype == torch.float32 and head_dim > 64:
+        if head_dim > 128 and gpu_backend() == "hip":
+            return 16, 8
         return 32, (4 if head_dim <= 128 else 8)
     return 64, (4 if head_dim <= 128 else 8)
 

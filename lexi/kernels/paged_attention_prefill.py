@@ -38,6 +38,7 @@ from lexi.kernels.paged_attention_common import (
     check_inputs,
     check_out,
     dot_precision,
+    gpu_backend,
 )
 
 
@@ -113,9 +114,12 @@ def prefill_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps). The fp32 accumulator is BLOCK_M x head_dim, so wide heads take
     narrower key tiles; fp32 inputs (3xTF32 products hold hi and lo halves of every operand) need smaller
     tiles still. Checked by compiling for sm_90 (tests/kernels/test_paged_attention_sm90.py): <= 255
-    registers with at most ~120 bytes of stack, shared memory well under the 227 KB a block may use."""
+    registers with at most ~120 bytes of stack, shared memory well under the 227 KB a block may use. On ROCm
+    (gfx942: 64 KiB of LDS a workgroup) fp32 at head_dim 256 takes 16-key tiles: 32 asked for 66 KiB."""
     if dtype == torch.float32:
-        return (32, 32, 4) if head_dim <= 128 else (16, 32, 4)
+        if head_dim > 128:
+            return (16, 16, 4) if gpu_backend() == "hip" else (16, 32, 4)
+        return 32, 32, 4
     if head_dim <= 128:
         return 64, 64, 4
     return 64, 32, 8

@@ -118,11 +118,15 @@ class Server:
         return total
 
 
-def run_refused(*args: str, timeout: float = 120.0) -> tuple[int, str, bool]:
+def run_refused(*args: str, timeout: float = 120.0, env: dict[str, str] | None = None) -> tuple[int, str, bool]:
     """Run a serve command expected to refuse: (exit code, output, whether its port was ever open)."""
     port = free_port()
     proc = subprocess.Popen(
-        [LEXI, "serve", "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [LEXI, "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
     opened = False
     deadline = time.monotonic() + timeout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gguf
 import numpy as np
 import pytest
@@ -37,6 +39,12 @@ def test_out_of_range_option_exits_2_naming_it(option, value):
     assert code == 2, out
     assert option in out or option.lstrip("-").replace("-", "_") in out, out
     assert not opened
+
+
+def test_triton_kernels_that_cannot_run_are_refused_before_listening():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # a CPU without the interpreter
+    code, out, opened = run_refused("--kernels", "triton", env=env)
+    assert code == 2 and "--kernels" in out and "TRITON_INTERPRET=1" in out and not opened, out
 
 
 def test_duplicate_alias_refused():
