@@ -56,11 +56,27 @@ def _qmatmul_gemm_kernel(
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
 
 
+def gemm_tiles(dtype: torch.dtype) -> dict[str, int]:
+    """Launch options by activation dtype. fp32 activations (the output layer on CUDA, --dtype float32) take
+    "ieee" products, FMA loops that need more registers: 128-row tiles spilled 848 bytes on sm_90, these spill
+    at most 32 (ptxas; tests/kernels/test_qmatmul_compile.py)."""
+    if dtype == torch.float32:
+        return {"block_m": 64, "block_n": 64, "block_k": 32, "group_m": 8, "num_warps": 8, "num_stages": 3}
+    return {"block_m": 128, "block_n": 64, "block_k": 32, "group_m": 8, "num_warps": 8, "num_stages": 3}
+
+
 def qmatmul_gemm(
-    x: torch.Tensor, w: QuantWeight, *, out: torch.Tensor | None = None, block_m: int = 128, block_n: int = 64,
-    block_k: int = 32, group_m: int = 8, num_warps: int = 8, num_stages: int = 3,
+    x: torch.Tensor, w: QuantWeight, *, out: torch.Tensor | None = None, block_m: int | None = None,
+    block_n: int | None = None, block_k: int | None = None, group_m: int | None = None, num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """x (..., K) @ W^T -> (..., N) in x's dtype, any number of rows; `out` (M, N) is an optional buffer."""
+    """x (..., K) @ W^T -> (..., N) in x's dtype, any number of rows; `out` (M, N) is an optional buffer.
+    Tile options left None come from `gemm_tiles(x.dtype)`."""
+    given = dict(block_m=block_m, block_n=block_n, block_k=block_k, group_m=group_m, num_warps=num_warps,
+                 num_stages=num_stages)  # fmt: skip
+    tiles = gemm_tiles(x.dtype) | {k: v for k, v in given.items() if v is not None}
+    block_m, block_n, block_k = tiles["block_m"], tiles["block_n"], tiles["block_k"]
+    group_m, num_warps, num_stages = tiles["group_m"], tiles["num_warps"], tiles["num_stages"]
     x2 = flatten_input(x, w)
     m, (n, k) = x2.shape[0], w.shape
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device) if out is None else out
