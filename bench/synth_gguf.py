@@ -111,6 +111,18 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
     return out
 
 
+def file_bytes(shape: Shape) -> int:
+    """The tensor data's size in bytes (the file adds its metadata and alignment padding)."""
+    total = 0
+    for _, dims, qtype in tensors(shape):
+        if qtype == Q.F32:
+            total += dims[0] * 4
+        else:
+            block, size = GGML_QUANT_SIZES[qtype]
+            total += dims[0] * dims[1] // block * size
+    return total
+
+
 def _unit_spread(qtype: Q) -> float:
     """Standard deviation of the values of random blocks whose fp16 fields are all 1.0."""
     rng = np.random.default_rng(0)
