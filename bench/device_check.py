@@ -23,7 +23,6 @@ activations: the interpreter's bf16 tl.dot is wrong), so the script is known to 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
@@ -32,9 +31,19 @@ import sys
 import time
 from pathlib import Path
 
+from device_kernels import (
+    TOL,
+    attention_checks,
+    copy_bandwidth,
+    decode_attention_timing,
+    model_check,
+    prefill_attention_timing,
+    qmatmul_check,
+    qmatmul_timing,
+)
+
 HERE = Path(__file__).resolve().parent
 TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
-TOL = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-3}  # max |err| / max |ref|
 
 
 class Report:
@@ -62,206 +71,6 @@ def table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def timer(device: str):
-    """ms per call: triton's do_bench (CUDA events) on a GPU, one wall-clock call under the interpreter."""
-    if device == "cuda":
-        from triton.testing import do_bench
-
-        return lambda fn: do_bench(fn, warmup=5, rep=30)
-
-    def once(fn) -> float:
-        fn()  # the interpreter has nothing to warm, but keep the call pattern of the GPU path
-        started = time.perf_counter()
-        fn()
-        return (time.perf_counter() - started) * 1e3
-
-    return once
-
-
-def copy_bandwidth(device: str, nbytes: int) -> float:
-    import torch
-
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = timer(device)(lambda: dst.copy_(src))
-    return 2 * nbytes / (ms * 1e-3) / 1e9
-
-
-def qmatmul_check(qtype_name: str, n: int, k: int, ms: tuple[int, ...], dtype_name: str, device: str) -> list[dict]:
-    """Both Triton variants against fp32 dequantize-then-matmul; one row per M. Runs in a worker process."""
-    import torch
-    from qmatmul import random_weight
-
-    from lexi.kernels.qmatmul import choose_variant, qmatmul
-    from lexi.kernels.qmatmul_ref import dequantize_weight
-
-    torch.manual_seed(0)
-    w = random_weight(qtype_name, n, k, device)
-    dense = dequantize_weight(w)
-    rows = []
-    for m in ms:
-        x = torch.randn(m, k, device=device).to(getattr(torch, dtype_name))
-        want = x.float() @ dense.T
-        got = qmatmul(x, w, kernels="triton").float()
-        err = ((got - want).abs().max() / want.abs().max()).item()
-        finite = bool(torch.isfinite(got).all())
-        rows.append({"type": qtype_name, "variant": choose_variant(x, w, "triton"), "M": m, "rel_err": err,
-                     "ok": finite and err <= TOL[dtype_name]})  # fmt: skip
-    return rows
-
-
-def qmatmul_timing(qtype_name: str, n: int, k: int, big_m: int, dtype_name: str, device: str, copy_gbs: float):
-    import torch
-    from qmatmul import random_weight
-
-    from lexi.kernels.qmatmul import qmatmul
-    from lexi.kernels.qmatmul_ref import dequantize_weight
-
-    bench = timer(device)
-    w = random_weight(qtype_name, n, k, device)
-    dtype = getattr(torch, dtype_name)
-    row = {"type": qtype_name, "MB": w.nbytes / 1e6}
-    for m in (1, 4, 16):
-        x = torch.randn(m, k, device=device).to(dtype)
-        row[f"us_m{m}"] = bench(lambda x=x: qmatmul(x, w, kernels="triton")) * 1e3
-        row[f"gbs_m{m}"] = w.nbytes / (row[f"us_m{m}"] * 1e-6) / 1e9
-    x = torch.randn(big_m, k, device=device).to(dtype)
-    dense = dequantize_weight(w).to(dtype)
-    flops = 2 * big_m * n * k
-    row["tflops"] = flops / (bench(lambda: qmatmul(x, w, kernels="triton")) * 1e-3) / 1e12
-    row["tflops_torch"] = flops / (bench(lambda: torch.matmul(x, dense.T)) * 1e-3) / 1e12
-    row["pct_copy_m1"] = 100 * row["gbs_m1"] / copy_gbs
-    return row
-
-
-def attention_checks(device: str, dtypes: list[str]) -> list[dict]:
-    """Decode and prefill kernels against paged_attention_ref (fp32) on ragged batches over shuffled blocks."""
-    import torch
-
-    from lexi.kernels.paged_attention import AttentionMetadata, paged_attention_ref
-    from lexi.kernels.paged_attention_decode import paged_attention_decode
-    from lexi.kernels.paged_attention_prefill import paged_attention_prefill
-
-    rows = []
-    cases = [  # (heads, kv heads, head_dim, window, softcap, decode splits)
-        (32, 8, 128, 0, 0.0, 1), (32, 8, 128, 0, 0.0, 4), (8, 4, 256, 40, 0.0, 1), (9, 3, 64, 0, 50.0, 2),
-    ]  # fmt: skip
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    for dtype_name in dtypes:
-        dtype = getattr(torch, dtype_name)
-        for h, kvh, d, window, softcap, splits in cases:
-            for variant, new in (("decode", [1, 1, 1]), ("prefill", [40, 1, 17])):
-                cached = [300, 7, 0] if variant == "decode" else [100, 7, 0]
-                block = 16
-                perm = torch.randperm(64, generator=gen).tolist()
-                tables = [perm[s * 20 : s * 20 + 20] for s in range(3)]
-                meta = AttentionMetadata.build(new, cached, tables, block, device=device)
-                q = torch.randn(sum(new), h, d, generator=gen).to(device=device, dtype=dtype)
-                k_cache = torch.randn(64, block, kvh, d, generator=gen).to(device=device, dtype=dtype)
-                v_cache = torch.randn(64, block, kvh, d, generator=gen).to(device=device, dtype=dtype)
-                kw = {"scale": d**-0.5, "sliding_window": window, "softcap": softcap}
-                want = paged_attention_ref(q.float(), k_cache.float(), v_cache.float(), meta, **kw)
-                if variant == "decode":
-                    got = paged_attention_decode(q, k_cache, v_cache, meta, num_splits=splits, **kw)
-                else:
-                    got = paged_attention_prefill(q, k_cache, v_cache, meta, **kw)
-                err = ((got.float() - want).abs().max() / want.abs().max()).item()
-                rows.append({"variant": variant, "dtype": dtype_name, "shape": f"H{h}/KV{kvh}/D{d}", "window": window,
-                             "softcap": softcap, "splits": splits if variant == "decode" else "-", "rel_err": err,
-                             "ok": bool(torch.isfinite(got).all()) and err <= TOL[dtype_name]})  # fmt: skip
-    return rows
-
-
-def decode_attention_timing(device: str, dtype_name: str, batches, contexts, heads=(32, 8, 128)) -> list[dict]:
-    import torch
-
-    from lexi.kernels.paged_attention import AttentionMetadata
-    from lexi.kernels.paged_attention_decode import paged_attention_decode
-
-    bench, dtype = timer(device), getattr(torch, dtype_name)
-    h, kvh, d = heads
-    rows = []
-    for b in batches:
-        for ctx in contexts:
-            block = 16
-            per_seq = ctx // block
-            k_cache = torch.randn(b * per_seq, block, kvh, d, device=device).to(dtype)
-            v_cache = torch.randn_like(k_cache)
-            tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(b)]
-            meta = AttentionMetadata.build([1] * b, [ctx - 1] * b, tables, block, device=device)
-            q = torch.randn(b, h, d, device=device).to(dtype)
-            ms = bench(functools.partial(paged_attention_decode, q, k_cache, v_cache, meta, scale=d**-0.5))
-            kv_bytes = 2 * k_cache.numel() * k_cache.element_size()
-            rows.append({"batch": b, "context": ctx, "us": ms * 1e3, "kv_MB": kv_bytes / 1e6,
-                         "gbs": kv_bytes / (ms * 1e-3) / 1e9})  # fmt: skip
-    return rows
-
-
-def prefill_attention_timing(device: str, dtype_name: str, shapes, heads=(32, 8, 128)) -> list[dict]:
-    """Fresh prompts (no cache): `shapes` are (sequences, tokens each). Causal FLOPs: 4 * H * D * sum n(n+1)/2."""
-    import torch
-    import torch.nn.functional as F
-
-    from lexi.kernels.paged_attention import AttentionMetadata
-    from lexi.kernels.paged_attention_prefill import paged_attention_prefill
-
-    bench, dtype = timer(device), getattr(torch, dtype_name)
-    h, kvh, d = heads
-    rows = []
-    for seqs, n in shapes:
-        block = 16
-        per_seq = -(-n // block)
-        k_cache = torch.randn(seqs * per_seq, block, kvh, d, device=device).to(dtype)
-        v_cache = torch.randn_like(k_cache)
-        tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(seqs)]
-        meta = AttentionMetadata.build([n] * seqs, [0] * seqs, tables, block, device=device)
-        q = torch.randn(seqs * n, h, d, device=device).to(dtype)
-        ms = bench(functools.partial(paged_attention_prefill, q, k_cache, v_cache, meta, scale=d**-0.5))
-        qs = q.view(seqs, n, h, d).transpose(1, 2)
-        ks = k_cache.view(seqs, -1, kvh, d)[:, :n].transpose(1, 2)
-        vs = v_cache.view(seqs, -1, kvh, d)[:, :n].transpose(1, 2)
-        ms_sdpa = bench(functools.partial(F.scaled_dot_product_attention, qs, ks, vs, is_causal=True, enable_gqa=True))
-        flops = 4 * h * d * seqs * n * (n + 1) / 2
-        rows.append({"seqs": seqs, "tokens": n, "us": ms * 1e3, "tflops": flops / (ms * 1e-3) / 1e12,
-                     "tflops_sdpa": flops / (ms_sdpa * 1e-3) / 1e12})  # fmt: skip
-    return rows
-
-
-def model_check(device: str, dtype_name: str, vocab_file: Path, workdir: Path, vocab_size: int) -> list[dict]:
-    """Tiny synthetic models of each family: --kernels triton against reference, teacher-forced logits."""
-    import synth_gguf
-    import torch
-
-    from lexi.gguf.reader import read_gguf
-    from lexi.model.loader import LoadConfig, load_model
-    from lexi.model.single import SingleSequence
-
-    rows = []
-    vocab = synth_gguf.load_vocab(str(vocab_file))
-    for name in ("tiny-llama", "tiny-qwen3", "tiny-gemma3"):
-        path = workdir / f"{name}.gguf"
-        shape = synth_gguf.SHAPES[name]
-        synth_gguf.write_synthetic(path, synth_gguf.dataclasses.replace(shape, vocab=vocab_size), vocab, seed=1)
-        f = read_gguf(path)
-        ids = torch.randint(300, vocab_size, (40,), generator=torch.Generator().manual_seed(1)).tolist()
-        logits = {}
-        for kernels in ("reference", "triton"):
-            model = load_model(f, LoadConfig(dtype=dtype_name, device=device, kernels=kernels))
-            seq = SingleSequence(model, 48)
-            logits[kernels] = torch.cat([seq.extend(ids[:33], all_logits=True), seq.extend(ids[33:], all_logits=True)])
-            del model
-        ref, tri = logits["reference"], logits["triton"]
-        err = ((tri - ref).abs().max() / (ref.max() - ref.min())).item()
-        agree = (tri.argmax(-1) == ref.argmax(-1)).float().mean().item()
-        # float32: the two paths differ by summation order only. bf16: each rounds its activations and products
-        # its own way, through every layer; the bounds catch wiring faults (wrong layout, wrong rows: errors near
-        # 100%), not bf16 noise.
-        max_err, min_agree = (TOL["float32"], 1.0) if dtype_name == "float32" else (5e-2, 0.8)
-        ok = bool(torch.isfinite(tri).all()) and err <= max_err and agree >= min_agree
-        rows.append({"model": name, "dtype": dtype_name, "rel_err": err, "top1_agree": agree, "ok": ok})
-    return rows
 
 
 def _fmt(v) -> str:
@@ -296,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="where the tables go ($OUT on the device)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, Triton's interpreter")
-    parser.add_argument("--budget", type=float, default=None, help="seconds (default 460, dry run 150)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds (default 460, dry run 900)")
     parser.add_argument(
         "--vocab",
         type=Path,
@@ -304,29 +113,68 @@ def main(argv: list[str] | None = None) -> int:
         help="tokenizer metadata for the synthetic models (bench/synth_gguf.py export-vocab)",
     )
     parser.add_argument("--workdir", type=Path, default=None, help="where synthetic models are written")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # fmt: skip
     if args.dry_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
     cfg = _config(args.dry_run)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = Report(args.out, args.dry_run, args.budget or (150.0 if args.dry_run else 460.0))
+    # The dry run's budget trims nothing on a busy CPU: it exists to run every section.
+    report = Report(args.out, args.dry_run, args.budget or (900.0 if args.dry_run else 460.0))
 
+    import torch
+
+    if cfg["device"] == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: run with --dry-run on a CPU", file=sys.stderr)
+        return 2
+    import tempfile
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="lexi-device-"))
+    if not args.vocab.exists():
+        import synth_gguf
+
+        synth_gguf.export_vocab("smollm2-135m-instruct", workdir / "vocab.json.gz")
+        args.vocab = workdir / "vocab.json.gz"
+    state = {"vocab": args.vocab, "workdir": workdir, "dry_run": args.dry_run}
+    sections = [
+        ("environment", "Environment", environment_section),
+        ("qmatmul_check", "qmatmul against the reference", qmatmul_check_section),
+        ("attention_check", "Paged attention against the reference", attention_check_section),
+        ("model_check", "Whole model: --kernels triton against reference (teacher-forced logits)", model_section),
+        ("qmatmul_timing", "qmatmul speed", qmatmul_timing_section),
+        ("attention_timing", "Paged attention speed", attention_timing_section),
+        ("serve", "Serving", serve_section),
+    ]
+    for key, title, fn in sections:
+        try:
+            text, data = fn(report, cfg, state)
+        except Exception as exc:  # one broken section must not cost the others' tables on a short lease
+            import traceback
+
+            report.failures.append(f"{key}: {type(exc).__name__}")
+            text = f"FAILED: {type(exc).__name__}: {exc}\n\n```\n{traceback.format_exc()[-3000:]}\n```"
+            data = {"error": f"{type(exc).__name__}: {exc}"}
+        report.section(key, title, text, data)
+    status = "FAILED: " + ", ".join(report.failures) if report.failures else "all checks passed"
+    report.section("summary", "Summary", f"{status}; {time.monotonic() - report.started:.0f} s", report.failures)
+    return 1 if report.failures else 0
+
+
+def environment_section(report: Report, cfg: dict, state: dict):
     import torch
     import triton
 
-    device, dtype = cfg["device"], cfg["dtype"]
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: run with --dry-run on a CPU", file=sys.stderr)
-        return 2
+    device = cfg["device"]
     gpu = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
-    copy_gbs = copy_bandwidth(device, cfg["copy_bytes"])
+    state["copy_gbs"] = copy_bandwidth(device, cfg["copy_bytes"])
     env = {"device": gpu, "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-           "copy_GBps": copy_gbs, "commit": os.environ.get("LEXI_COMMIT", "unknown")}  # fmt: skip
-    report.section("environment", "Environment", table(list(env), [[_fmt(v) for v in env.values()]]), env)
+           "copy_GBps": state["copy_gbs"], "commit": os.environ.get("LEXI_COMMIT", "unknown")}  # fmt: skip
+    return table(list(env), [[_fmt(v) for v in env.values()]]), env
 
-    n, k = cfg["nk"]
-    jobs = [(t, n, k, cfg["ms"], dtype, device) for t in cfg["types"]]
-    if cfg["workers"]:
+
+def qmatmul_check_section(report: Report, cfg: dict, state: dict):
+    (n, k), dtype = cfg["nk"], cfg["dtype"]
+    jobs = [(t, n, k, cfg["ms"], dtype, cfg["device"]) for t in cfg["types"]]
+    if cfg["workers"]:  # Triton compiles in parallel; the timings later load the kernels from its disk cache
         import concurrent.futures
         import multiprocessing
 
@@ -336,85 +184,71 @@ def main(argv: list[str] | None = None) -> int:
     else:
         checks = [row for job in jobs for row in qmatmul_check(*job)]
     report.failures += [f"qmatmul {r['type']} M={r['M']}" for r in checks if not r["ok"]]
-    text = (
-        f"{dtype} activations, weight {n} x {k}, error = max |y - y_fp32| / max |y_fp32| (tolerance {TOL[dtype]})\n\n"
-    )
     keys = ["type", "variant", "M", "rel_err", "ok"]
-    report.section("qmatmul_check", "qmatmul against the reference", text + table(keys, _rows(checks, keys)), checks)
+    text = f"{dtype} activations, weight {n} x {k}, error = max |y - y_fp32| / max |y_fp32| (tolerance {TOL[dtype]})"
+    return f"{text}\n\n{table(keys, _rows(checks, keys))}", checks
 
-    attn = attention_checks(device, cfg["check_dtypes"])
+
+def attention_check_section(report: Report, cfg: dict, state: dict):
+    attn = attention_checks(cfg["device"], cfg["check_dtypes"])
     report.failures += [f"attention {r['variant']} {r['dtype']} {r['shape']}" for r in attn if not r["ok"]]
     keys = ["variant", "dtype", "shape", "window", "softcap", "splits", "rel_err", "ok"]
-    report.section("attention_check", "Paged attention against the reference", table(keys, _rows(attn, keys)), attn)
+    return table(keys, _rows(attn, keys)), attn
 
-    import tempfile
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="lexi-device-"))
-    if not args.vocab.exists():
-        import synth_gguf
-
-        synth_gguf.export_vocab("smollm2-135m-instruct", workdir / "vocab.json.gz")
-        args.vocab = workdir / "vocab.json.gz"
-    models = [r for d in cfg["model_dtypes"] for r in model_check(device, d, args.vocab, workdir, cfg["model_vocab"])]
+def model_section(report: Report, cfg: dict, state: dict):
+    models = [
+        row
+        for dtype in cfg["model_dtypes"]
+        for row in model_check(cfg["device"], dtype, state["vocab"], state["workdir"], cfg["model_vocab"])
+    ]
     report.failures += [f"model {r['model']} {r['dtype']}" for r in models if not r["ok"]]
     keys = ["model", "dtype", "rel_err", "top1_agree", "ok"]
-    report.section("model_check", "Whole model: --kernels triton against reference (teacher-forced logits)",
-                   "rel err = max |logit diff| / logit range, over 40 positions (prefill 33 + 7)\n\n"
-                   + table(keys, _rows(models, keys)), models)  # fmt: skip
+    text = "rel err = max |logit diff| / logit range, over 40 positions (prefill 33 + 7)"
+    return f"{text}\n\n{table(keys, _rows(models, keys))}", models
 
+
+def qmatmul_timing_section(report: Report, cfg: dict, state: dict):
+    (n, k), dtype, copy_gbs = cfg["nk"], cfg["dtype"], state["copy_gbs"]
     timings = []
     for t in cfg["types"]:
-        if report.left() < 240 and not args.dry_run:
+        if report.left() < 240 and not state["dry_run"]:
             break
-        timings.append(qmatmul_timing(t, n, k, cfg["ms"][-1], dtype, device, copy_gbs))
-    keys = [
-        "type",
-        "MB",
-        "us_m1",
-        "gbs_m1",
-        "pct_copy_m1",
-        "us_m4",
-        "gbs_m4",
-        "us_m16",
-        "gbs_m16",
-        "tflops",
-        "tflops_torch",
-    ]
+        timings.append(qmatmul_timing(t, n, k, cfg["ms"][-1], dtype, cfg["device"], copy_gbs))
+    keys = ["type", "MB", "us_m1", "gbs_m1", "pct_copy_m1", "us_m4", "gbs_m4", "us_m16", "gbs_m16", "tflops",
+            "tflops_torch"]  # fmt: skip
     heads = ["type", "weight MB", "M=1 us", "M=1 GB/s", "M=1 % of copy", "M=4 us", "M=4 GB/s", "M=16 us", "M=16 GB/s",
              f"M={cfg['ms'][-1]} TFLOP/s", f"torch {dtype} TFLOP/s"]  # fmt: skip
-    text = f"weight {n} x {k}, {dtype} activations; GB/s = weight bytes / time; copy bandwidth {copy_gbs:.0f} GB/s\n\n"
-    report.section("qmatmul_timing", "qmatmul speed", text + table(heads, _rows(timings, keys)), timings)
+    text = f"weight {n} x {k}, {dtype} activations; GB/s = weight bytes / time; copy bandwidth {copy_gbs:.0f} GB/s"
+    return f"{text}\n\n{table(heads, _rows(timings, keys))}", timings
 
-    contexts = [c for c in cfg["contexts"] if args.dry_run or report.left() > 200 or c <= 8192]
+
+def attention_timing_section(report: Report, cfg: dict, state: dict):
+    device, dtype = cfg["device"], cfg["dtype"]
+    contexts = [c for c in cfg["contexts"] if state["dry_run"] or report.left() > 200 or c <= 8192]
     dec = decode_attention_timing(device, dtype, cfg["batches"], contexts, cfg["heads"])
     pre = prefill_attention_timing(device, dtype, cfg["prefill"], cfg["heads"])
     h, kvh, d = cfg["heads"]
-    dec_table = table(
-        ["batch", "context", "us", "KV MB", "GB/s"], _rows(dec, ["batch", "context", "us", "kv_MB", "gbs"])
-    )
+    dec_keys = ["batch", "context", "us", "kv_MB", "gbs"]
+    dec_table = table(["batch", "context", "us", "KV MB", "GB/s"], _rows(dec, dec_keys))
     pre_keys = ["seqs", "tokens", "us", "tflops", "tflops_sdpa"]
     pre_table = table(["seqs", "tokens each", "us", "TFLOP/s", "SDPA TFLOP/s"], _rows(pre, pre_keys))
     text = (f"{dtype}, {h} query heads, {kvh} KV heads, head_dim {d}, blocks of 16\n\n"
             f"Decode: GB/s = K and V bytes read / time\n\n{dec_table}\n\n"
             "Prefill (fresh prompts, causal): TFLOP/s of 4 H D n(n+1)/2 per sequence; torch SDPA on the same shapes is "
             f"the peer\n\n{pre_table}")  # fmt: skip
-    report.section("attention_timing", "Paged attention speed", text, {"decode": dec, "prefill": pre})
-
-    if report.left() < (0 if args.dry_run else 150):
-        report.section("serve", "Serving", f"skipped: {report.left():.0f} s of the budget left", None)
-    else:
-        serve_section(report, cfg, args.vocab, workdir)
-    status = "FAILED: " + ", ".join(report.failures) if report.failures else "all checks passed"
-    report.section("summary", "Summary", f"{status}; {time.monotonic() - report.started:.0f} s", report.failures)
-    return 1 if report.failures else 0
+    return text, {"decode": dec, "prefill": pre}
 
 
-def serve_section(report: Report, cfg: dict, vocab_file: Path, workdir: Path) -> None:
+def serve_section(report: Report, cfg: dict, state: dict):
     import dataclasses
 
     import device_serve
     import synth_gguf
 
+    if report.left() < (0 if state["dry_run"] else 150):
+        return f"skipped: {report.left():.0f} s of the budget left", None
+    vocab_file, workdir = state["vocab"], state["workdir"]
     shape = synth_gguf.SHAPES[cfg["serve_shape"]]
     if cfg["serve_vocab"]:
         shape = dataclasses.replace(shape, vocab=cfg["serve_vocab"])
@@ -423,29 +257,32 @@ def serve_section(report: Report, cfg: dict, vocab_file: Path, workdir: Path) ->
     room = shm.is_dir() and shutil.disk_usage(shm).free > 3 * synth_gguf.file_bytes(shape)
     path = (shm if room and not cfg["serve_vocab"] else workdir) / f"lexi-{cfg['serve_shape']}.gguf"
     started = time.monotonic()
-    size = synth_gguf.write_synthetic(path, shape, synth_gguf.load_vocab(str(vocab_file)))
-    written = time.monotonic() - started
-    port = device_serve.free_port()
-    log = report.out / "serve.log"
-    started = time.monotonic()
-    proc = device_serve.start_server(path, port, log, cfg["serve_args"], cfg["serve_timeout"])
-    ready = time.monotonic() - started
     rows = []
     try:
-        for streams in cfg["streams"]:
-            if report.left() < 20:
-                break
-            row = device_serve.measure(port, streams, cfg["prompt_words"], cfg["max_tokens"], timeout_s=report.left())
-            rows.append(row)
-            if row["ok"] < streams:
-                report.failures.append(f"serve {streams} streams: {row['errors']}")
+        size = synth_gguf.write_synthetic(path, shape, synth_gguf.load_vocab(str(vocab_file)))
+        written = time.monotonic() - started
+        port = device_serve.free_port()
+        started = time.monotonic()
+        load_timeout = max(60.0, min(cfg["serve_timeout"], report.left() - 60))  # leave time for the rounds
+        proc = device_serve.start_server(path, port, report.out / "serve.log", cfg["serve_args"], load_timeout)
+        ready = time.monotonic() - started
+        try:
+            for streams in cfg["streams"]:
+                if report.left() < 20:
+                    break
+                timeout = max(30.0, report.left())
+                row = device_serve.measure(port, streams, cfg["prompt_words"], cfg["max_tokens"], timeout_s=timeout)
+                rows.append(row)
+                if row["ok"] < streams:
+                    report.failures.append(f"serve {streams} streams: {row['errors']}")
+        finally:
+            device_serve.stop_server(proc)
     finally:
-        device_serve.stop_server(proc)
+        path.unlink(missing_ok=True)
     text = (f"synthetic {cfg['serve_shape']} ({size / 1e9:.2f} GB, written in {written:.0f} s), server ready in "
             f"{ready:.0f} s; `serve {' '.join(cfg['serve_args'])}`; prompts of {cfg['prompt_words']} words, "
             f"{cfg['max_tokens']} tokens each (ignore_eos)\n\n" + device_serve.format_rows(rows))  # fmt: skip
-    report.section("serve", "Serving", text, rows)
-    path.unlink(missing_ok=True)
+    return text, rows
 
 
 if __name__ == "__main__":
