@@ -210,7 +210,7 @@ def _serve_replicas(config, sampling, engine, opts) -> int:
     except ImportError as exc:
         message = f"--replicas above 1 needs Ray Serve: pip install 'lexi-engine[ray]' ({exc})"
         raise click.BadParameter(message, param_hint="--replicas") from None
-    load = {"dtype": opts["dtype"], "device": opts["device"], "deterministic": opts["deterministic"]}
+    load = {key: opts[key] for key in ("dtype", "device", "deterministic", "kernels")}
     return serve_replicas(config, sampling, engine, load, opts["replicas"], opts["ray_address"])
 
 

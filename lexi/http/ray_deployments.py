@@ -49,6 +49,7 @@ class ReplicaSettings:
     replicas: int  # --replicas: how many must be ready for /health to say 200
     board: str  # the Board actor's name
     deterministic: bool  # --deterministic
+    kernels: str  # --kernels
 
 
 def _busy() -> ApiError:
@@ -104,7 +105,12 @@ class LexiReplica:
         def load() -> None:  # torch is imported here, off the constructor; its threads come from OMP_NUM_THREADS
             from lexi.model.loader import LoadConfig
 
-            config = LoadConfig(dtype=settings.dtype, device=settings.device, deterministic=settings.deterministic)
+            config = LoadConfig(
+                dtype=settings.dtype,
+                device=settings.device,
+                deterministic=settings.deterministic,
+                kernels=settings.kernels,
+            )
             load_in_background(state, gguf_file, config, self._loaded)
 
         threading.Thread(target=load, name="lexi-load-config", daemon=True).start()

@@ -85,7 +85,15 @@ def serve_replicas(
         board = Board.options(name=board_name).remote()
         device = "cuda" if gpus else "cpu"
         settings = ReplicaSettings(
-            config, sampling, engine_config, load["dtype"], device, replicas, board_name, load["deterministic"]
+            config,
+            sampling,
+            engine_config,
+            load["dtype"],
+            device,
+            replicas,
+            board_name,
+            load["deterministic"],
+            load["kernels"],
         )
         quiet = {"enable_access_log": False}  # the routes write one access line per request
         model = serve.deployment(
