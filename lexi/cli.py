@@ -7,6 +7,35 @@ import click
 from lexi.kernels.backend import KERNELS
 
 
+def _load_options(command):
+    """--dtype, --device, --deterministic and --kernels: how the model loads, the same for serve and generate."""
+    options = [
+        click.option(
+            "--dtype",
+            type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+            default="auto",
+            show_default=True,
+        ),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+        click.option(
+            "--deterministic",
+            is_flag=True,
+            help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
+        ),
+        click.option(
+            "--kernels",
+            type=click.Choice(KERNELS),
+            default="auto",
+            show_default=True,
+            help="auto: Triton on CUDA, the PyTorch references elsewhere. "
+            "triton on a CPU needs TRITON_INTERPRET=1 (slow).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """LexiEngine: one GGUF model over an OpenAI-compatible HTTP API."""
@@ -75,22 +104,7 @@ def _json_object(ctx, param, value):
 @click.option("--parallel", type=click.IntRange(1, 256), default=4, show_default=True, help="Slots.")
 @click.option("--ctx-size", type=click.IntRange(16, 1 << 20), default=4096, show_default=True, help="Tokens per slot.")
 @click.option("--batch-size", type=click.IntRange(1, 1 << 16), default=512, show_default=True)
-@click.option(
-    "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True
-)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option(
-    "--deterministic",
-    is_flag=True,
-    help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
-)
-@click.option(
-    "--kernels",
-    type=click.Choice(KERNELS),
-    default="auto",
-    show_default=True,
-    help="auto: Triton on CUDA, the PyTorch references elsewhere. triton on a CPU needs TRITON_INTERPRET=1 (slow).",
-)
+@_load_options
 @click.option("--api-key", multiple=True, help="Bearer key required on every route but /health; repeatable.")
 @click.option("--api-key-file", default=None, help="A file of keys, one a line.")
 @click.option(
@@ -245,22 +259,7 @@ def models_command() -> None:
 @click.option("--top-p", type=float, default=0.95, show_default=True, help="1 = off.")
 @click.option("--min-p", type=float, default=0.05, show_default=True, help="0 = off.")
 @click.option("--seed", type=int, default=None, help="Same seed and prompt give the same text.")
-@click.option(
-    "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True
-)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option(
-    "--deterministic",
-    is_flag=True,
-    help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
-)
-@click.option(
-    "--kernels",
-    type=click.Choice(KERNELS),
-    default="auto",
-    show_default=True,
-    help="auto: Triton on CUDA, the PyTorch references elsewhere. triton on a CPU needs TRITON_INTERPRET=1 (slow).",
-)
+@_load_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
 def generate_command(
     model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, kernels, as_json
