@@ -31,6 +31,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # LexiEngine's own setting 
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from run_info import commit  # noqa: E402
 
 from lexi.chat.constraint_compiler import ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
@@ -267,17 +268,6 @@ def measure(name: str) -> list[str]:
         engine.shutdown()
         compiler.shutdown()
     return rows, decode, pace
-
-
-def commit() -> str:
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "lexi"], capture_output=True, text=True).stdout
-        return out.stdout.strip() + ("+dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:

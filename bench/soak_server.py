@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -14,6 +13,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+import run_info
 
 LEXI = str(Path(sys.executable).with_name("lexi-engine"))
 _LISTENING = re.compile(r"listening on (http://\S+)")
@@ -93,18 +94,4 @@ def metrics(url: str, api_key: str | None) -> dict[str, float]:
 
 def machine() -> str:
     """commit, CPU and Python, as bench/RESULTS.md records them."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-        commit += "+changes" if dirty.stdout.strip() else ""
-    except OSError:
-        commit = "unknown"
-    cpu = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"commit {commit}; {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return f"commit {run_info.commit()}; {run_info.machine()}"
