@@ -5,6 +5,7 @@ supports the field, raw HTTP where it does not."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -194,11 +195,24 @@ def test_responses_objects_carry_every_required_field(client):
 
 
 def test_max_tool_calls_caps_the_calls(four_slots):
+    """Over 16 seeds the model, uncapped, calls more than twice at least once; with max_tool_calls=2 no seed
+    passes two. The tool takes no arguments, so every call is `{}` and the budget cannot run out inside one."""
     client, model = four_slots
-    tool = {"type": "function", "name": "ping", "parameters": {"type": "object", "properties": {}}}
-    r = client.responses.create(
-        model=model, input="Ping three times.", tools=[tool], tool_choice="required", max_tool_calls=2,
-        max_output_tokens=120, temperature=1.0,
-    )  # fmt: skip
-    calls = [item for item in r.output if item.type == "function_call"]
-    assert 1 <= len(calls) <= 2 and r.max_tool_calls == 2
+    tool = {"type": "function", "name": "ping", "parameters": {"type": "object", "additionalProperties": False}}
+
+    def calls(seed: int, cap: int | None) -> list:
+        r = client.responses.create(
+            model=model, input="Ping three times.", tools=[tool], tool_choice="required", max_output_tokens=160,
+            temperature=1.0, extra_body={"seed": seed}, **({} if cap is None else {"max_tool_calls": cap}),
+        )  # fmt: skip
+        assert r.max_tool_calls == cap and (cap is None or r.status == "completed")
+        made = [item for item in r.output if item.type == "function_call"]
+        assert made and all(call.arguments == "{}" for call in made)
+        return made
+
+    seeds = range(16)
+    with ThreadPoolExecutor(4) as pool:
+        uncapped = list(pool.map(lambda seed: len(calls(seed, None)), seeds))
+        capped = list(pool.map(lambda seed: len(calls(seed, 2)), seeds))
+    assert max(uncapped) > 2, f"no seed made more than two calls, so the cap went untested: {uncapped}"
+    assert max(capped) == 2, capped
