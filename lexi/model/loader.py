@@ -80,8 +80,13 @@ class LoadConfig:
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
             device = torch.device(self.device)
-            if device.type == "cuda" and not torch.cuda.is_available():
-                raise LoadConfigError("device", "'cuda' was asked for but torch sees no CUDA device")
+        if self.deterministic and device.type != "cpu":
+            # On CUDA the kernels (Triton and cuBLAS alike) choose their path by row count: refuse, never ignore.
+            raise LoadConfigError(
+                "deterministic", f"the row-independent paths are the CPU's; on {device.type} use --device cpu"
+            )
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise LoadConfigError("device", "'cuda' was asked for but torch sees no CUDA device")
         try:
             kernels = resolve_kernels(self.kernels, device.type)
         except ValueError as exc:

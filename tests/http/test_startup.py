@@ -47,6 +47,11 @@ def test_triton_kernels_that_cannot_run_are_refused_before_listening():
     assert code == 2 and "--kernels" in out and "TRITON_INTERPRET=1" in out and not opened, out
 
 
+def test_deterministic_off_the_cpu_is_refused_before_listening():
+    code, out, opened = run_refused("--device", "cuda", "--deterministic")
+    assert code == 2 and "--deterministic" in out and "--device cpu" in out and not opened, out
+
+
 def test_duplicate_alias_refused():
     code, out, opened = run_refused("--alias", "a", "--alias", "a")
     assert code == 2 and "--alias" in out and not opened

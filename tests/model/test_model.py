@@ -11,7 +11,7 @@ import torch
 from lexi.gguf.errors import GGUFError
 from lexi.kernels.paged_attention import AttentionMetadata
 from lexi.model.args import model_args_from_gguf
-from lexi.model.loader import LoadConfig, load_model
+from lexi.model.loader import LoadConfig, LoadConfigError, load_model
 from lexi.model.single import SingleSequence
 
 
@@ -65,6 +65,8 @@ def test_load_config_validates():
         LoadConfig(kernels="triton", quantized=False)
     with pytest.raises(ValueError, match="deterministic"):
         LoadConfig(kernels="triton", deterministic=True)
+    with pytest.raises(LoadConfigError, match="deterministic: the row-independent paths are the CPU's"):
+        LoadConfig(device="cuda", deterministic=True).resolve()  # refused before asking whether CUDA is there
     device, dtype, kernels = LoadConfig(dtype="float16", device="cpu").resolve()
     assert (device.type, dtype, kernels) == ("cpu", torch.float16, "reference")
 
