@@ -25,6 +25,7 @@ from lexi.http.auth import bearer_token, key_matches
 from lexi.http.config import SamplingDefaults, ServerConfig
 from lexi.http.errors import ApiError
 from lexi.http.exchange import Headers, Reply, Request
+from lexi.http.heap_trim import HeapTrimming
 from lexi.http.logs import REQUEST_ID_HEADER, configure_logging, log_access
 from lexi.http.ray_board import REPORT_S, Admission, Cluster
 from lexi.http.routes import open_route
@@ -101,6 +102,8 @@ class LexiReplica:
         state.metrics.replica_info(self.replica, os.getpid())
         self.state = state
         self._stop = threading.Event()
+        self._trimming = HeapTrimming()  # the engine's garbage is freed in this process: trim here, as serve does
+        self._trimming.start()
 
         def load() -> None:  # torch is imported here, off the constructor; its threads come from OMP_NUM_THREADS
             from lexi.model.loader import LoadConfig
@@ -142,6 +145,9 @@ class LexiReplica:
         stop = getattr(self, "_stop", None)
         if stop is not None:
             stop.set()
+        trimming = getattr(self, "_trimming", None)
+        if trimming is not None:
+            trimming.stop()
 
     async def answer(self, request: Request) -> AsyncIterator[Any]:
         """First (status, headers, body, streamed), then the stream's frames. Cancelled (the client went

@@ -22,7 +22,7 @@ import tornado.netutil
 from lexi.engine.config import EngineConfig
 from lexi.http.app import make_app
 from lexi.http.config import SamplingDefaults, ServerConfig
-from lexi.http.heap_trim import TRIM_INTERVAL_S, heap_trimmer
+from lexi.http.heap_trim import HeapTrimming
 from lexi.http.state import load_in_background, prepare_state
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,10 @@ async def _serve(state, gguf_file, load_config) -> int:
     port = sockets[0].getsockname()[1]
     print(f"lexi-engine: listening on http://{state.config.host}:{port} (model {state.names.public_id})", flush=True)
     load_in_background(state, gguf_file, load_config, loaded)
-    trimming = asyncio.create_task(_trim_heap_periodically())
+    trimming = HeapTrimming()
+    trimming.start()
     await stopped.wait()
-    trimming.cancel()
+    trimming.stop()
     if status["signal"]:
         await _drain(state, status["signal"])
     server.stop()
@@ -87,17 +88,6 @@ async def _serve(state, gguf_file, load_config) -> int:
         await loop.run_in_executor(None, state.runtime.engine.shutdown)
     print("lexi-engine: stopped", flush=True)
     return status["code"]
-
-
-async def _trim_heap_periodically() -> None:
-    """Give freed heap memory back every TRIM_INTERVAL_S, on a worker thread (a trim can take tens of ms)."""
-    trim = heap_trimmer()
-    if trim is None:
-        return
-    loop = asyncio.get_running_loop()
-    while True:
-        await asyncio.sleep(TRIM_INTERVAL_S)
-        await loop.run_in_executor(None, trim)
 
 
 async def _drain(state, signal_name: str) -> None:

@@ -34,6 +34,7 @@ def pytest_runtest_teardown(item, nextitem):
     for server in item.config.stash.get(_LAUNCHED, []):
         server.stop()
 
+
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if greeting is defined %}[greeting={{ greeting }}]{% endif %}"
