@@ -45,13 +45,12 @@ class Route:
         self.args = args
         self.received = request.received or time.monotonic()
         self.request_id = pick_request_id(request.headers.get(REQUEST_ID_HEADER))
-        self.tokens: tuple[int, int] | None = None  # (prompt, completion) of a finished generation
         self.status = 0  # the status answered, once known
 
     @property
     def access_tokens(self) -> tuple[int, int] | None:
         """(prompt, completion) tokens for the access log; None when the route generates nothing."""
-        return self.tokens
+        return None
 
     # ---- what a transport calls ----
 
@@ -205,11 +204,11 @@ class GenerationRoute(Route):
 
     @property
     def access_tokens(self) -> tuple[int, int] | None:
-        """A stopped or failed generation still logs what it had used."""
+        """What the choices used, summed; a stopped or failed generation logs what it had used too."""
         seen = [last for last in self.stream.last if last is not None] if self.stream is not None else []
-        if self.tokens is None and seen:
-            return (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
-        return self.tokens
+        if not seen:
+            return None
+        return (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
 
     def stop_for_shutdown(self, error: ApiError) -> None:
         """Past --shutdown-timeout: end this request with `error` (a 503, or an error frame mid-stream)."""
@@ -255,14 +254,12 @@ class GenerationRoute(Route):
                 param=param,
             )
 
-    def count_tokens(self, lasts) -> None:
-        """Usage for /metrics and the access log (summed over the request's choices)."""
-        seen = [last for last in lasts if last is not None]
-        for last in seen:
-            self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
-            self.state.metrics.completion_tokens.inc(last.completion_tokens)
-        if seen:
-            self.tokens = (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
+    def count_tokens(self) -> None:
+        """Add the finished generation's usage to /metrics (the access log reads it from the stream)."""
+        for last in self.stream.last:
+            if last is not None:
+                self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
+                self.state.metrics.completion_tokens.inc(last.completion_tokens)
 
     def sse(self, frames: AsyncIterator[bytes]) -> Reply:
         """A streamed answer; a failure after the first frame ends the stream with an error frame."""

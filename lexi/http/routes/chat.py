@@ -62,7 +62,7 @@ class ChatCompletionsRoute(GenerationRoute):
                 if event.kind != "tool_call":
                     text[i][event.kind].append(event.text)
                 text[i]["logprobs"] += tokens
-        self.count_tokens(stream.last)
+        self.count_tokens()
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return None
         want_logprobs = req.sampling.logprobs is not None
@@ -102,7 +102,7 @@ class ChatCompletionsRoute(GenerationRoute):
             if delta.finish_reason is not None and delta.finish_reason != "abort":
                 finish = chat_finish_reason(delta, outputs[i].calls)
                 yield frame(chunks.chunk(i, {}, finish))
-        self.count_tokens(stream.last)
+        self.count_tokens()
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return
         reasoning_tokens = sum(o.reasoning_tokens for o in outputs)

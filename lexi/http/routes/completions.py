@@ -68,7 +68,7 @@ class CompletionsRoute(GenerationRoute):
         deltas: list[list[CompletionDelta]] = [[] for _ in range(stream.n)]
         async for i, delta in stream.events():
             deltas[i].append(delta)
-        self.count_tokens(stream.last)
+        self.count_tokens()
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return None
         tokenizer = self.state.runtime.tokenizer
@@ -107,7 +107,7 @@ class CompletionsRoute(GenerationRoute):
             finish = finish_reason(delta) if delta.finish_reason is not None else None
             if delta.text or finish:
                 yield frame(chunks.chunk(i, delta.text, finish, lp))
-        self.count_tokens(stream.last)
+        self.count_tokens()
         if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
             return
         groups = [stream.last[p * req.sampling.n : (p + 1) * req.sampling.n] for p in range(len(prompts))]

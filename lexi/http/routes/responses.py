@@ -71,7 +71,7 @@ class ResponsesRoute(GenerationRoute):
         async for _ in self._run(builder, stream, output):
             pass
         last = stream.last[0]
-        self.count_tokens(stream.last)
+        self.count_tokens()
         if stream.aborted or last is None or last.finish_reason == "abort":
             return None
         builder.finish(last, output.reasoning_tokens)
@@ -96,7 +96,7 @@ class ResponsesRoute(GenerationRoute):
             async for event in self._run(builder, stream, output):
                 yield sse_event(event)
             last = stream.last[0]
-            self.count_tokens(stream.last)
+            self.count_tokens()
             if stream.aborted or last is None or last.finish_reason == "abort":
                 return
             for event in builder.finish(last, output.reasoning_tokens):
