@@ -219,6 +219,11 @@ def serve_command(**opts) -> None:
 
 def _serve_replicas(config, sampling, engine, opts) -> int:
     """`serve --replicas N`: Ray Serve is imported only here, and only when it is installed."""
+    import os
+
+    # Read when Ray is imported: by default Ray folds log lines of one pattern from several replicas into one
+    # "[repeated Nx across cluster]" line, which would drop the replicas' access lines.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
         from lexi.http.ray_serve import serve_replicas
     except ImportError as exc:

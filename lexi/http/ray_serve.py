@@ -65,11 +65,13 @@ def serve_replicas(
     stopped = threading.Event()  # from here on a signal stops the service cleanly, Ray's processes included
     _on_signals(stopped)
     temp_dir = None
+    json_logs = config.log_format == "json"
+    ray_logs = {"logging_config": ray.LoggingConfig(encoding="JSON")} if json_logs else {}
     if ray_address is None:
         temp_dir = tempfile.mkdtemp(prefix="ray-lexi-")
-        ray.init(_temp_dir=temp_dir, include_dashboard=False, namespace=APP_NAME, log_to_driver=True)
+        ray.init(_temp_dir=temp_dir, include_dashboard=False, namespace=APP_NAME, log_to_driver=True, **ray_logs)
     else:
-        ray.init(address=ray_address, namespace=APP_NAME, log_to_driver=True)
+        ray.init(address=ray_address, namespace=APP_NAME, log_to_driver=True, **ray_logs)
     _on_signals(stopped)  # again: ray.init installs its own SIGTERM handler, which would exit 15 at once
     try:
         resources = ray.cluster_resources()
@@ -95,7 +97,7 @@ def serve_replicas(
             load["deterministic"],
             load["kernels"],
         )
-        quiet = {"enable_access_log": False}  # the routes write one access line per request
+        quiet = {"enable_access_log": False, "encoding": "JSON" if json_logs else "TEXT"}
         model = serve.deployment(
             LexiReplica,
             name="LexiReplica",
@@ -115,7 +117,7 @@ def serve_replicas(
             graceful_shutdown_timeout_s=config.shutdown_timeout,
             logging_config=quiet,
         )
-        serve.start(http_options={"host": config.host, "port": config.port})
+        serve.start(http_options={"host": config.host, "port": config.port}, logging_config=quiet)
         where = f"http://{config.host}:{config.port}"
         share = "1 GPU" if gpus else f"{threads} CPU thread(s)"
         print(f"lexi-engine: {replicas} replicas of {state.names.public_id} on Ray Serve ({share} each)", flush=True)

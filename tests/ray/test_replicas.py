@@ -10,6 +10,7 @@ import re
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -25,7 +26,7 @@ LONG = {"messages": USER, "max_tokens": 400, "ignore_eos": True, "temperature": 
 def ray_server():
     server = RayServer(
         "--replicas", "2", "--parallel", "1", "--queue-wait", "0",
-        "--alias", "main", "--alias", "client-main", "--api-key", KEY, api_key=KEY,
+        "--alias", "main", "--alias", "client-main", "--api-key", KEY, "--log-format", "json", api_key=KEY,
     ).launch()  # fmt: skip
     try:
         yield server.wait_ready()
@@ -114,6 +115,30 @@ def test_aliases_key_models_and_health(ray_server, client):
         headers = {**ray_server.auth(), "X-Request-Id": "trace-42.a"}
         status, _, got = request("POST" if body else "GET", ray_server.url + path, body, headers)
         assert status == 200 and got.get_all("X-Request-Id") == ["trace-42.a"], got.get_all("X-Request-Id")
+
+
+def test_json_logs_of_the_replicas_are_json_lines(ray_server):
+    """--log-format json: each replica's access line reaches the command's output as one JSON object, without
+    the `(ServeReplica:... pid=...)` prefix Ray puts on forwarded output, and not folded by Ray's log
+    deduplication (two replicas writing lines of one pattern used to come out as one "[repeated 2x]" line)."""
+    ids = [f"json-log-{i}" for i in range(2)]
+
+    def complete(request_id: str) -> int:
+        headers = {**ray_server.auth(), "X-Request-Id": request_id}
+        return request("POST", ray_server.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 8}, headers)[0]
+
+    with ThreadPoolExecutor(2) as pool:  # the two slots at once: one request on each replica
+        assert list(pool.map(complete, ids)) == [200, 200]
+    deadline, found = time.monotonic() + 30, {}
+    while len(found) < len(ids) and time.monotonic() < deadline:  # Ray forwards output about once a second
+        lines = ray_server.output().splitlines()
+        found = {i: [line for line in lines if f'"{i}"' in line] for i in ids if any(f'"{i}"' in x for x in lines)}
+        time.sleep(0.5)
+    assert sorted(found) == ids, ray_server.output()[-3000:]
+    for request_id, (line,) in found.items():
+        entry = json.loads(line)
+        assert entry["logger"] == "lexi.access" and entry["request_id"] == request_id and entry["status"] == 200
+    assert "(ServeReplica" not in ray_server.output() and "repeated" not in ray_server.output()
 
 
 def test_metrics_carry_a_replica_label(ray_server, client):
