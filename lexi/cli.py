@@ -225,12 +225,15 @@ def _serve_replicas(config, sampling, engine, opts) -> int:
     # "[repeated Nx across cluster]" line, which would drop the replicas' access lines.
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
-        from lexi.http.ray_serve import serve_replicas
+        from lexi.http.ray_serve import RayJoinError, serve_replicas
     except ImportError as exc:
         message = f"--replicas above 1 needs Ray Serve: pip install 'lexi-engine[ray]' ({exc})"
         raise click.BadParameter(message, param_hint="--replicas") from None
     load = {key: opts[key] for key in ("dtype", "device", "deterministic", "kernels")}
-    return serve_replicas(config, sampling, engine, load, opts["replicas"], opts["ray_address"])
+    try:
+        return serve_replicas(config, sampling, engine, load, opts["replicas"], opts["ray_address"])
+    except RayJoinError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ray-address") from None
 
 
 @main.command("models")

@@ -44,6 +44,17 @@ from lexi.http.state import prepare_state
 APP_NAME = "lexi"
 
 
+class RayJoinError(Exception):
+    """--ray-address names a cluster this process cannot join; says what Ray said and what usually helps."""
+
+    def __init__(self, address: str, cause: BaseException) -> None:
+        said = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+        super().__init__(
+            f"cannot join the Ray cluster at {address}: {said}. A cluster with token authentication needs "
+            "RAY_AUTH_MODE=token and its token (~/.ray/auth_token or RAY_AUTH_TOKEN) in this environment"
+        )
+
+
 def _share(cores: int | None, replicas: int) -> int:
     """A replica's CPUs (and torch threads) on a CPU cluster: an equal share of the cluster's, at least one."""
     return max(1, (cores or os.cpu_count() or 1) // replicas)
@@ -59,7 +70,8 @@ def serve_replicas(
 ) -> int:
     """Check what one server checks, start or join Ray, deploy the replicas, serve until SIGINT/SIGTERM.
 
-    Raises (ChatTemplateError, GGUFError) before Ray starts on a bad model file or template.
+    Raises (ChatTemplateError, GGUFError) before Ray starts on a bad model file or template, RayJoinError
+    when the cluster at `ray_address` cannot be joined.
     """
     state, _ = prepare_state(config, sampling, engine_config)  # the same refusals as one server, before Ray
     stopped = threading.Event()  # from here on a signal stops the service cleanly, Ray's processes included
@@ -71,7 +83,10 @@ def serve_replicas(
         temp_dir = tempfile.mkdtemp(prefix="ray-lexi-")
         ray.init(_temp_dir=temp_dir, include_dashboard=False, namespace=APP_NAME, log_to_driver=True, **ray_logs)
     else:
-        ray.init(address=ray_address, namespace=APP_NAME, log_to_driver=True, **ray_logs)
+        try:
+            ray.init(address=ray_address, namespace=APP_NAME, log_to_driver=True, **ray_logs)
+        except (ConnectionError, RuntimeError) as exc:  # nothing there, or a token the cluster refuses
+            raise RayJoinError(ray_address, exc) from None
     _on_signals(stopped)  # again: ray.init installs its own SIGTERM handler, which would exit 15 at once
     try:
         resources = ray.cluster_resources()
