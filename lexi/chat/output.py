@@ -15,7 +15,7 @@ from lexi.chat.reasoning import ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_refs import schema_validator, validation_error
 from lexi.chat.tool_calls import ToolCall, ToolCallReader
-from lexi.chat.tool_parser import CallBlock, ToolCallParser
+from lexi.chat.tool_parser import OPEN, CallBlock, ToolCallParser
 from lexi.chat.tools import ToolSet
 
 
@@ -120,6 +120,8 @@ class ChatOutput:
     def _parsed(self, events: list[OutputEvent], pieces: list[str | CallBlock], finish_reason: str | None) -> None:
         for piece in pieces:
             if isinstance(piece, str):
+                if self._cut_short_call(finish_reason) and OPEN.startswith(piece.strip()):
+                    continue  # the held start of `<tool_call>`: a later call that max_tokens cut short
                 if self._after_call:  # the parser releases whitespace only together with the text after it
                     piece = piece.lstrip()
                     self._after_call = False
@@ -134,8 +136,15 @@ class ChatOutput:
             self._after_call = False
             if self._tools.forced and not self.calls:
                 raise ToolCallError(f"tool_choice requires a valid tool call, and {outcome}")
-            # a look-alike (or, once the required call was made, a later call cut short): the assistant's text
+            if not piece.closed and self._cut_short_call(finish_reason):
+                continue  # what follows a forced call is only ever calls: a fragment of one is not text
+            # a look-alike: the assistant's text
             _append(events, OutputEvent("content", piece.lead + piece.raw))
+
+    def _cut_short_call(self, finish_reason: str | None) -> bool:
+        """Under a forced tool_choice, once a call is made, the output can only go on with calls: if max_tokens
+        ends it, the unfinished rest is a call cut short (dropped; finish_reason "length" says so), not text."""
+        return finish_reason == "length" and self._tools.forced and bool(self.calls)
 
     def _read(self, block: CallBlock, finish_reason: str | None) -> ToolCall | str:
         if not block.closed and finish_reason != "stop":

@@ -121,6 +121,17 @@ def test_forced_choice_fails_instead_of_returning_text():
     assert run(['<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'], forced)[2]
 
 
+@pytest.mark.parametrize("rest", ["\n<", "\n<tool_c", '\n<tool_call>\n{"name": "get_weather", "argu'])
+def test_a_later_call_cut_by_the_length_limit_is_dropped_under_a_forced_choice(rest):
+    """Forced, the output can only go on with calls: a fragment of the next one is neither text nor a call."""
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    forced = ToolSet((WEATHER,), ToolChoice("required"))
+    for pieces in cuts(call + rest):
+        assert run(pieces, forced, finish="length")[1:3] == ("", [("get_weather", {"city": "Oslo"})])
+    auto = run([call + rest], ToolSet((WEATHER,), ToolChoice("auto")), finish="length")
+    assert auto[1].strip() == rest.strip()  # unforced, what only looks like a call stays the assistant's text
+
+
 def test_choice_none_reads_no_calls():
     text = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
     assert run([text], ToolSet((TIME,), ToolChoice("none")))[:3] == ("", text, [])

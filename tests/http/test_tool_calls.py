@@ -201,3 +201,24 @@ def test_responses_stream_sends_function_call_events_in_order(tools_server):
     assert events[start]["delta"] == events[start + 1]["arguments"] == done["arguments"]
     assert json.loads(done["arguments"])["city"] and kinds[-1] == "response.completed"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_a_later_call_cut_short_leaves_no_fragment(tools_server, client_for):
+    """Under a forced tool_choice the output goes on only with calls: when max_tokens cuts the next one, the
+    client gets the finished call and finish_reason "length", and no piece of the unfinished one as text."""
+    client = client_for(tools_server)
+    model = client.models.list().data[0].id
+    city_only = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": city_only}}
+    fields = dict(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool],
+                  tool_choice=FORCED, max_tokens=32, temperature=0)  # fmt: skip
+    whole = client.chat.completions.create(**fields).choices[0]
+    assert whole.finish_reason == "length" and len(whole.message.tool_calls) >= 1, whole
+    assert whole.message.content is None, whole.message.content
+    chunks = list(client.chat.completions.create(**fields, stream=True))
+    assert not any(c.choices and c.choices[0].delta.content for c in chunks)
+    r = client.responses.create(
+        model=model, input="Weather in Paris?", tools=[{"type": "function", "name": "get_weather",
+        "parameters": city_only}], tool_choice="required", max_output_tokens=32, temperature=0,
+    )  # fmt: skip
+    assert r.status == "incomplete" and [item.type for item in r.output] == ["function_call"] * len(r.output), r
