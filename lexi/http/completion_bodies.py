@@ -48,9 +48,18 @@ class Envelope:
         return {**self.head, **fields}
 
 
-class ChatChunks(Envelope):
-    def __init__(self, model: str, fingerprint: str) -> None:
-        super().__init__("chatcmpl", "chat.completion.chunk", model, fingerprint)
+class StreamChunks(Envelope):
+    """With stream_options.include_usage every chunk carries `usage`: null until the last, as OpenAI's do."""
+
+    def __init__(self, prefix: str, kind: str, model: str, fingerprint: str, include_usage: bool) -> None:
+        super().__init__(prefix, kind, model, fingerprint)
+        if include_usage:
+            self.head["usage"] = None
+
+
+class ChatChunks(StreamChunks):
+    def __init__(self, model: str, fingerprint: str, include_usage: bool = False) -> None:
+        super().__init__("chatcmpl", "chat.completion.chunk", model, fingerprint, include_usage)
 
     def chunk(self, index: int, delta: dict[str, Any], finish: str | None = None, logprobs=None) -> dict[str, Any]:
         return self.body(choices=[{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
@@ -79,9 +88,9 @@ def chat_choice(
     return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": chat_finish_reason(last, calls)}
 
 
-class CompletionChunks(Envelope):
-    def __init__(self, model: str, fingerprint: str) -> None:
-        super().__init__("cmpl", "text_completion", model, fingerprint)
+class CompletionChunks(StreamChunks):
+    def __init__(self, model: str, fingerprint: str, include_usage: bool = False) -> None:
+        super().__init__("cmpl", "text_completion", model, fingerprint, include_usage)
 
     def chunk(self, index: int, text: str, finish: str | None = None, logprobs=None) -> dict[str, Any]:
         return self.body(choices=[{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}])

@@ -55,6 +55,9 @@ def nesting(value: Any) -> int:
     return deepest
 
 
+UNSUPPORTED_VALUE = "unsupported_value"  # OpenAI's code for a known field given a value this server cannot honour
+
+
 def refuse_unknown(data: dict[str, Any], known: tuple[str, ...] | frozenset[str], prefix: str = "") -> None:
     """A field the route does not read is a 400 naming it (OpenAI: "Unrecognized request argument")."""
     for key in data:
@@ -78,8 +81,8 @@ class Fields:
     def present(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def fail(self, key: str, message: str):
-        raise bad_request(f"{self.name(key)} {message}", param=self.name(key))
+    def fail(self, key: str, message: str, code: str | None = None):
+        raise bad_request(f"{self.name(key)} {message}", param=self.name(key), code=code)
 
     def number(self, key: str, low: float, high: float, default: float | None = None) -> float | None:
         value = self.data.get(key)

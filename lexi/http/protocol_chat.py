@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +16,14 @@ from lexi.http.errors import bad_request
 from lexi.http.protocol import (
     CHAT_SAMPLING_FIELDS,
     NO_EFFECT,
+    UNSUPPORTED_VALUE,
     Fields,
     SamplingRequest,
     parse_sampling,
     refuse_unknown,
     stream_options,
 )
+from lexi.http.tool_pairing import Step, check_tool_pairing
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 CHAT_FIELDS = (
@@ -53,6 +56,7 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
     if not raw:
         raise bad_request("messages must be a non-empty array", param="messages")
     messages = [_message(m, i) for i, m in enumerate(raw)]
+    check_tool_pairing(list(_steps(messages)))
     kwargs = f.obj("chat_template_kwargs") or {}
     try:
         check_template_kwargs(kwargs, "chat_template_kwargs")
@@ -86,12 +90,16 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
 def _refuse_without_effect(f: Fields) -> None:
     """Fields OpenAI takes that this server cannot honour: refused unless they ask for what it does anyway."""
     if f.boolean("store"):
-        f.fail("store", "true is not supported: this server stores nothing; send store: false or omit it")
+        f.fail(
+            "store",
+            "true is not supported: this server stores nothing; send store: false or omit it",
+            code=UNSUPPORTED_VALUE,
+        )
     if f.string("service_tier") not in (None, "auto", "default"):
-        f.fail("service_tier", 'may only be "auto" or "default": this server has one tier')
+        f.fail("service_tier", 'may only be "auto" or "default": this server has one tier', code=UNSUPPORTED_VALUE)
     modalities = f.array("modalities")
     if modalities is not None and modalities != ["text"]:
-        f.fail("modalities", 'may only be ["text"]: this server writes text')
+        f.fail("modalities", 'may only be ["text"]: this server writes text', code=UNSUPPORTED_VALUE)
 
 
 def parse_chat_tools(f: Fields) -> ToolSet | None:
@@ -104,9 +112,8 @@ def parse_chat_tools(f: Fields) -> ToolSet | None:
             function = entry.get("function") if isinstance(entry, dict) else None
             if not isinstance(function, dict) or entry.get("type") != "function":
                 raise ToolSpecError(f'{where} must be {{"type": "function", "function": {{"name", ...}}}}', where)
-            unknown = set(function) - {"name", "description", "parameters", "strict"}
-            if unknown:
-                raise ToolSpecError(f"{where}.function has unknown fields: {', '.join(sorted(unknown))}", where)
+            refuse_unknown(entry, ("type", "function"), f"{where}.")
+            refuse_unknown(function, ("name", "description", "parameters", "strict"), f"{where}.function.")
             tools.append(
                 make_tool(
                     function.get("name"), function.get("description"), function.get("parameters"),
@@ -115,10 +122,19 @@ def parse_chat_tools(f: Fields) -> ToolSet | None:
             )  # fmt: skip
         check_tool_names(tools, "tools")
         choice = make_choice(f.data.get("tool_choice"), tools, "tool_choice", nested=True)
+        _refuse_unknown_in_choice(f.data.get("tool_choice"))  # after the shape check, whose message says more
     except ToolSpecError as exc:
         raise bad_request(str(exc), param=exc.param) from None
     parallel = f.boolean("parallel_tool_calls", default=True)
     return ToolSet(tuple(tools), choice, parallel) if tools else None
+
+
+def _refuse_unknown_in_choice(choice: Any) -> None:
+    """A named tool_choice {"type": "function", "function": {"name"}} carries nothing else."""
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        refuse_unknown(choice, ("type", "function"), "tool_choice.")
+        if isinstance(choice.get("function"), dict):
+            refuse_unknown(choice["function"], ("name",), "tool_choice.function.")
 
 
 def parse_response_format(f: Fields) -> ResponseFormat | None:
@@ -126,18 +142,13 @@ def parse_response_format(f: Fields) -> ResponseFormat | None:
     raw = f.obj("response_format")
     if raw is None:
         return None
-    unknown = set(raw) - {"type", "json_schema"}
+    refuse_unknown(raw, ("type", "json_schema"), "response_format.")
     nested = raw.get("json_schema")
     try:
-        if unknown:
-            raise ToolSpecError(f"response_format has unknown fields: {', '.join(sorted(unknown))}", "response_format")
         if nested is not None and not isinstance(nested, dict):
             raise ToolSpecError("response_format.json_schema must be an object", "response_format.json_schema")
         if isinstance(nested, dict):
-            extra = set(nested) - {"name", "description", "schema", "strict"}
-            if extra:
-                where = "response_format.json_schema"
-                raise ToolSpecError(f"{where} has unknown fields: {', '.join(sorted(extra))}", where)
+            refuse_unknown(nested, ("name", "description", "schema", "strict"), "response_format.json_schema.")
         return make_format(
             raw.get("type"), nested, "response_format.json_schema" if nested else "response_format",
             "response_format.json_schema.schema",
@@ -180,6 +191,17 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     return message
 
 
+def _steps(messages: list[dict[str, Any]]) -> Iterator[Step]:
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if message["role"] == "tool":
+            yield Step("result", f"{where}.tool_call_id", message["tool_call_id"])
+            continue
+        yield Step("other", where)  # an assistant message with calls also closes the calls before it
+        for j, call in enumerate(message.get("tool_calls") or []):
+            yield Step("call", f"{where}.tool_calls[{j}]" + (".id" if call["id"] else ""), call["id"])
+
+
 def _content(f: Fields, allow_missing: bool) -> str | list[dict[str, str]]:
     """A string, or text parts as given: the chat layer joins them, or hands them to a template that reads parts."""
     value = f.data.get("content")
@@ -215,6 +237,10 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
             raise bad_request(f"{param} must be {shape}", param=param)
         if call.get("id") is not None and not isinstance(call.get("id"), str):
             raise bad_request(f"{param}.id must be a string", param=f"{param}.id")
+        refuse_unknown(call, ("id", "type", "function"), f"{param}.")
+        refuse_unknown(function, ("name", "arguments"), f"{param}.function.")
+        if call.get("type", "function") != "function":
+            raise bad_request(f'{param}.type must be "function"', param=f"{param}.type")
         arguments = function.get("arguments", {})
         calls.append(tool_call_entry(call.get("id"), function["name"], arguments, f"{param}.function.arguments"))
     return calls

@@ -21,8 +21,16 @@ from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
 from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
-from lexi.http.protocol import NO_EFFECT, Fields, SamplingRequest, parse_sampling, refuse_unknown
+from lexi.http.protocol import (
+    NO_EFFECT,
+    UNSUPPORTED_VALUE,
+    Fields,
+    SamplingRequest,
+    parse_sampling,
+    refuse_unknown,
+)
 from lexi.http.protocol_chat import tool_call_entry
+from lexi.http.tool_pairing import Step, check_tool_pairing
 
 ROLES = ("user", "system", "developer", "assistant")
 # request fields read by the shared sampling parser under the same names (llama.cpp-style extras included)
@@ -91,7 +99,7 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
         check_template_kwargs(kwargs, "chat_template_kwargs")
     except ValueError as exc:
         raise bad_request(str(exc), param="chat_template_kwargs") from None
-    metadata = f.obj("metadata") or {}
+    metadata = _metadata(f)
     max_tool_calls = f.integer("max_tool_calls", 1, 1 << 10)
     tools = _tools(f, max_tool_calls)
     conversation = Conversation(
@@ -109,7 +117,7 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
         sampling=parse_sampling(Fields(sampling_body), defaults, chat=True),
         max_output_tokens=max_output_tokens,
         stream=_stream(f),
-        metadata=dict(metadata),
+        metadata=metadata,
         parallel_tool_calls=f.boolean("parallel_tool_calls", default=True),
         tool_choice=echo,
         logprobs=logprobs,
@@ -120,12 +128,30 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
     )
 
 
+def _metadata(f: Fields) -> dict[str, str]:
+    """metadata, echoed on the response: OpenAI's limits (16 pairs, keys up to 64 characters, string values
+    up to 512)."""
+    metadata = f.obj("metadata") or {}
+    if len(metadata) > 16:
+        f.fail("metadata", f"may hold at most 16 key-value pairs, got {len(metadata)}")
+    for key, value in metadata.items():
+        if len(key) > 64:
+            f.fail("metadata", f"keys may be at most 64 characters long, got one of {len(key)}")
+        if not isinstance(value, str) or len(value) > 512:
+            f.fail(f"metadata.{key}", "must be a string of at most 512 characters")
+    return dict(metadata)
+
+
 def _logprobs(f: Fields) -> tuple[bool, int | None]:
     """include: only "message.output_text.logprobs"; top_logprobs (0-20) goes with it."""
     include = f.array("include") or []
     for i, item in enumerate(include):
         if item != LOGPROBS_INCLUDE:
-            f.fail(f"include[{i}]", f'may only be "{LOGPROBS_INCLUDE}" (nothing else can be included), got {item!r}')
+            f.fail(
+                f"include[{i}]",
+                f'may only be "{LOGPROBS_INCLUDE}" (nothing else can be included), got {item!r}',
+                code=UNSUPPORTED_VALUE,
+            )
     top = f.integer("top_logprobs", 0, 20)
     if top and not include:
         f.fail("top_logprobs", f'needs include: ["{LOGPROBS_INCLUDE}"]')
@@ -152,9 +178,13 @@ def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
                     f"built-in tools are not supported, got type {kind!r}",
                     f"{where}.type",
                 )
-            unknown = set(entry) - {"type", "name", "description", "parameters", "strict"}
-            if unknown:
-                raise ToolSpecError(f"{where} has unknown fields: {', '.join(sorted(unknown))}", where)
+            if "function" in entry:
+                raise ToolSpecError(
+                    f'{where} nests a "function" object, as chat does; the Responses API takes the tool flat: '
+                    '{"type": "function", "name", "parameters", ...}',
+                    where,
+                )
+            refuse_unknown(entry, ("type", "name", "description", "parameters", "strict"), f"{where}.")
             tools.append(
                 make_tool(
                     entry.get("name"), entry.get("description"), entry.get("parameters"), entry.get("strict"),
@@ -162,7 +192,10 @@ def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
                 )
             )  # fmt: skip
         check_tool_names(tools, "tools")
-        choice = make_choice(f.data.get("tool_choice"), tools, "tool_choice", nested=False)
+        choice_value = f.data.get("tool_choice")
+        choice = make_choice(choice_value, tools, "tool_choice", nested=False)
+        if isinstance(choice_value, dict):
+            refuse_unknown(choice_value, ("type", "name"), "tool_choice.")
     except ToolSpecError as exc:
         raise bad_request(str(exc), param=exc.param) from None
     parallel = f.boolean("parallel_tool_calls", default=True)
@@ -174,17 +207,29 @@ def _refuse_unsupported(f: Fields) -> None:
         if f.present(key):
             raise bad_request(f"{key} is not supported: {why}", param=key, code="unsupported_parameter")
     if f.boolean("store", default=False):
-        f.fail("store", "true is not supported: this server stores nothing; send store: false or omit it")
+        f.fail(
+            "store",
+            "true is not supported: this server stores nothing; send store: false or omit it",
+            code=UNSUPPORTED_VALUE,
+        )
     if f.boolean("background"):
-        f.fail("background", "true is not supported: responses are answered in the request that asks for them")
+        f.fail(
+            "background",
+            "true is not supported: responses are answered in the request that asks for them",
+            code=UNSUPPORTED_VALUE,
+        )
     if f.string("truncation", choices=("auto", "disabled")) == "auto":
-        f.fail("truncation", '"auto" is not supported: an input that does not fit the context is a 400')
+        f.fail(
+            "truncation",
+            '"auto" is not supported: an input that does not fit the context is a 400',
+            code=UNSUPPORTED_VALUE,
+        )
     text = f.obj("text")
     if text is not None:
         t = Fields(text, "text.")
         refuse_unknown(text, ("format", "verbosity"), "text.")
         if t.string("verbosity", choices=("low", "medium", "high")) not in (None, "medium"):
-            t.fail("verbosity", 'is not supported other than "medium"')
+            t.fail("verbosity", 'is not supported other than "medium"', code=UNSUPPORTED_VALUE)
 
 
 def _text_format(f: Fields) -> ResponseFormat | None:
@@ -194,9 +239,7 @@ def _text_format(f: Fields) -> ResponseFormat | None:
     if fmt is None:
         return None
     try:
-        unknown = set(fmt) - {"type", "name", "description", "schema", "strict"}
-        if unknown:
-            raise ToolSpecError(f"text.format has unknown fields: {', '.join(sorted(unknown))}", "text.format")
+        refuse_unknown(fmt, ("type", "name", "description", "schema", "strict"), "text.format.")
         kind = fmt.get("type")
         return make_format(kind, fmt if kind == "json_schema" else None, "text.format", "text.format.schema")
     except ToolSpecError as exc:
@@ -222,7 +265,11 @@ def _reasoning_effort(f: Fields) -> str | None:
     r = Fields(reasoning, "reasoning.")
     for key in ("summary", "generate_summary"):
         if r.present(key):
-            r.fail(key, "is not supported: the model's reasoning is returned as it is, not summarized")
+            raise bad_request(
+                f"reasoning.{key} is not supported: the model's reasoning is returned as it is, not summarized",
+                param=f"reasoning.{key}", code="unsupported_parameter",
+            )  # fmt: skip
+    refuse_unknown(reasoning, ("effort", "summary", "generate_summary"), "reasoning.")
     return r.string("effort", choices=REASONING_EFFORTS)
 
 
@@ -235,6 +282,7 @@ def _input(raw: Any) -> list[dict[str, Any]]:
         raise bad_request("input must be a string or a non-empty array of input items", param="input")
     messages: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
+    steps: list[Step] = []
     for i, item in enumerate(raw):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -250,8 +298,10 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             if role not in ROLES:
                 f.fail("role", f"must be one of {', '.join(ROLES)}")
             messages.append({"role": "system" if role == "developer" else role, "content": _content(f)})
+            steps.append(Step("other", where))
         elif kind == "function_call":
             call_id, name = _required_string(f, "call_id"), _required_string(f, "name")
+            steps.append(Step("call", f"{where}.call_id", call_id))
             names[call_id] = name
             call = tool_call_entry(call_id, name, _required_string(f, "arguments"), f.name("arguments"))
             if not messages or messages[-1]["role"] != "assistant":
@@ -259,6 +309,7 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             messages[-1].setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             call_id = _required_string(f, "call_id")
+            steps.append(Step("result", f"{where}.call_id", call_id))
             message = {"role": "tool", "content": _output(f), "tool_call_id": call_id}
             if call_id in names:
                 message["name"] = names[call_id]
@@ -269,6 +320,7 @@ def _input(raw: Any) -> list[dict[str, Any]]:
                 'must be "message", "function_call", "function_call_output" or "reasoning" '
                 f"(stored items are not supported), got {kind!r}",
             )
+    check_tool_pairing(steps)
     return messages
 
 

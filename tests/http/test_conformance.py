@@ -11,6 +11,14 @@ import openai
 import pytest
 
 USER = [{"role": "user", "content": "What is the capital of France?"}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+def called(call_extra: dict, function_extra: dict | None = None) -> list[dict]:
+    """A user turn, an assistant call `c1` (with extra keys) and its result."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}", **(function_extra or {})}}
+    return [*USER, {"role": "assistant", "tool_calls": [{**call, **call_extra}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]  # fmt: skip
 
 
 def post(server, path, body):
@@ -31,12 +39,91 @@ def post(server, path, body):
         ("/v1/responses", {"input": "x", "temperatur": 1}, "temperatur"),
         ("/v1/responses", {"input": [{"role": "user", "content": "x", "extra": 1}]}, "input[0].extra"),
         ("/tokenize", {"content": "x", "parse": True}, "parse"),
+        # unknown keys nested in tools, tool_choice, earlier calls and formats: the same 400, the full path
+        ("/v1/chat/completions", {"messages": USER, "tools": [{**TOOL, "foo": 1}]}, "tools[0].foo"),
+        ("/v1/chat/completions", {"messages": USER, "tools": [{"type": "function", "function": {**TOOL["function"],
+         "foo": 1}}]}, "tools[0].function.foo"),
+        ("/v1/chat/completions", {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function",
+         "function": {"name": "f", "x": 1}}}, "tool_choice.function.x"),
+        ("/v1/chat/completions", {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function",
+         "function": {"name": "f"}, "x": 1}}, "tool_choice.x"),
+        ("/v1/chat/completions", {"messages": called({"x": 1})}, "messages[1].tool_calls[0].x"),
+        ("/v1/chat/completions", {"messages": called({}, {"x": 1})}, "messages[1].tool_calls[0].function.x"),
+        ("/v1/chat/completions", {"messages": USER, "response_format": {"type": "text", "foo": 1}},
+         "response_format.foo"),
+        ("/v1/chat/completions", {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {
+         "name": "a", "schema": {}, "x": 1}}}, "response_format.json_schema.x"),
+        ("/v1/responses", {"input": "x", "reasoning": {"effort": "none", "foo": 1}}, "reasoning.foo"),
+        ("/v1/responses", {"input": "x", "tools": [{"type": "function", "name": "f", "foo": 1}]}, "tools[0].foo"),
+        ("/v1/responses", {"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {
+         "type": "function", "name": "f", "x": 1}}, "tool_choice.x"),
+        ("/v1/responses", {"input": "x", "text": {"format": {"type": "text", "x": 1}}}, "text.format.x"),
     ],
-)
+)  # fmt: skip
 def test_fields_a_route_does_not_take_are_400_naming_them(server, path, body, param):
     extra = {"max_tokens": 1} if path in ("/v1/chat/completions", "/v1/completions") else {}
     status, reply, _ = post(server, path, {**extra, **body})
     assert status == 400 and reply["error"]["param"] == param, reply
+    assert reply["error"]["code"] in ("unknown_parameter", "unsupported_value", "unsupported_parameter"), reply
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/chat/completions", {"messages": [*USER, {"role": "tool", "tool_call_id": "call_9", "content": "x"}]},
+         "messages[1].tool_call_id"),
+        ("/v1/chat/completions", {"messages": [*called({})[:2], {"role": "tool", "tool_call_id": "call_XYZ",
+         "content": "x"}]}, "messages[2].tool_call_id"),
+        ("/v1/chat/completions", {"messages": [*called({})[:2], *USER]}, "messages[1].tool_calls[0].id"),
+        ("/v1/chat/completions", {"messages": called({})[:2]}, "messages[1].tool_calls[0].id"),
+        ("/v1/chat/completions", {"messages": [*called({}), {"role": "tool", "tool_call_id": "c1", "content": "y"}]},
+         "messages[3].tool_call_id"),  # answered twice
+        ("/v1/responses", {"input": [{"role": "user", "content": "x"}, {"type": "function_call_output",
+         "call_id": "c9", "output": "x"}]}, "input[1].call_id"),
+        ("/v1/responses", {"input": [{"role": "user", "content": "x"}, {"type": "function_call", "call_id": "c1",
+         "name": "f", "arguments": "{}"}]}, "input[1].call_id"),
+    ],
+)  # fmt: skip
+def test_tool_results_must_answer_the_calls_before_them(server, path, body, param):
+    """OpenAI's rule: a tool result answers an earlier call by id, and every call gets its result."""
+    extra = {"max_tokens": 1} if path == "/v1/chat/completions" else {"max_output_tokens": 1}
+    status, reply, _ = post(server, path, {**extra, **body})
+    assert status == 400 and reply["error"]["param"] == param, reply
+
+
+def test_paired_calls_and_results_are_accepted(server):
+    status, reply, _ = post(server, "/v1/chat/completions", {"messages": [*called({}), *USER], "max_tokens": 1})
+    assert status == 200, reply
+    items = [
+        {"role": "user", "content": "x"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": "b"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a"},
+    ]
+    status, reply, _ = post(server, "/v1/responses", {"input": items, "max_output_tokens": 1})
+    assert status == 200, reply
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "code"),
+    [
+        ("/v1/chat/completions", {"messages": USER, "store": True}, "store", "unsupported_value"),
+        ("/v1/responses", {"input": "x", "store": True}, "store", "unsupported_value"),
+        ("/v1/responses", {"input": "x", "truncation": "auto"}, "truncation", "unsupported_value"),
+        ("/v1/responses", {"input": "x", "include": ["file_search_call.results"]}, "include[0]", "unsupported_value"),
+        ("/v1/responses", {"input": "x", "reasoning": {"summary": "auto"}}, "reasoning.summary",
+         "unsupported_parameter"),
+        ("/v1/responses", {"input": "x", "previous_response_id": "resp_1"}, "previous_response_id",
+         "unsupported_parameter"),
+        ("/v1/responses", {"input": "x", "metadata": {"a": 1}}, "metadata.a", None),
+        ("/v1/responses", {"input": "x", "metadata": {str(i): "v" for i in range(17)}}, "metadata", None),
+    ],
+)  # fmt: skip
+def test_what_the_server_cannot_honour_has_one_code(server, path, body, param, code):
+    extra = {"max_tokens": 1} if path == "/v1/chat/completions" else {"max_output_tokens": 1}
+    status, reply, _ = post(server, path, {**extra, **body})
+    assert status == 400 and reply["error"]["param"] == param and reply["error"]["code"] == code, reply
 
 
 def test_what_clients_echo_back_and_no_effect_fields_are_accepted(server):

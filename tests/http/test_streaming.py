@@ -59,6 +59,7 @@ def test_chat_stream_shape_over_raw_http(server):
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # as OpenAI sends it
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1])  # OpenAI: null until the last chunk
     assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-2]["choices"][0]["delta"] == {}
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:-2])
     _, whole, _ = server.post("/v1/chat/completions", {**body, "stream": False, "stream_options": None})
@@ -257,6 +258,7 @@ def test_completions_stream(server):
     assert all(c["object"] == "text_completion" for c in chunks)
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert chunks[-1]["usage"]["completion_tokens"] == 5 and chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1])
     _, whole, _ = server.post("/v1/completions", {**body, "stream": False, "stream_options": None})
     assert text == whole["choices"][0]["text"]
 

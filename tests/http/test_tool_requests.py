@@ -82,7 +82,7 @@ def opened(path: list, **change):
         ([fn(parameters={"$ref": "#/$defs/missing"})], {}, "tools[0].function.parameters"),
         ([fn(description=3)], {}, "tools[0].function.description"),
         ([fn(strict="yes")], {}, "tools[0].function.strict"),
-        ([fn(extra_field=1)], {}, "tools[0]"),
+        ([fn(extra_field=1)], {}, "tools[0].function.extra_field"),
         ([{"type": "retrieval"}], {}, "tools[0]"),
         ([1], {}, "tools[0]"),
         ([fn()], {"tool_choice": "always"}, "tool_choice"),

@@ -84,7 +84,7 @@ class ChatCompletionsRoute(GenerationRoute):
         want_logprobs = req.sampling.logprobs is not None
         outputs = [turn.output() for _ in range(n)]
         logprobs = [ContentLogprobs(tokenizer) for _ in range(n)]
-        chunks = ChatChunks(model, self.state.fingerprint)
+        chunks = ChatChunks(model, self.state.fingerprint, req.include_usage)
         for i in range(n):
             yield frame(chunks.chunk(i, {"role": "assistant", "content": ""}))
         async for i, delta, events in output_events(stream, outputs):

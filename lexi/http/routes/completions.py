@@ -91,7 +91,7 @@ class CompletionsRoute(GenerationRoute):
     async def _stream(self, req: CompletionRequest, model: str, stream, prompts, echoes) -> AsyncIterator[bytes]:
         tokenizer = self.state.runtime.tokenizer
         want_logprobs = req.sampling.logprobs is not None
-        chunks = CompletionChunks(model, self.state.fingerprint)
+        chunks = CompletionChunks(model, self.state.fingerprint, req.include_usage)
         offsets = [len(echoes[i // req.sampling.n]) for i in range(stream.n)]
         firsts: list[CompletionDelta | None] = [None] * stream.n
         async for i, delta in stream.events():
