@@ -18,7 +18,8 @@ def sampling_params(
 ) -> SamplingParams:
     """The engine's params: request value, else server default (already folded in), else engine default.
 
-    No limit anywhere means "the room left in the context"; a prompt that leaves no room is a 400.
+    Without the client's max_tokens, the server's --n-predict capped by the room left in the context (so a
+    long prompt is not refused for a limit the client never set); a prompt that leaves no room is a 400.
     """
     room = ctx_size - num_prompt
     if room < 1:
@@ -38,7 +39,7 @@ def sampling_params(
         frequency_penalty=s.frequency_penalty,
         repeat_penalty=pick(s.repeat_penalty, "repeat_penalty"),
         logit_bias=s.logit_bias,
-        max_tokens=room if s.max_tokens is None else s.max_tokens,
+        max_tokens=s.max_tokens if s.max_tokens is not None else min(room, s.default_max_tokens or room),
         stop=tuple(dict.fromkeys((*s.stop, *extra_stop))),
         ignore_eos=s.ignore_eos,
         logprobs=s.logprobs,

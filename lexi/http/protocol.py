@@ -143,7 +143,8 @@ class Fields:
 
 @dataclass(frozen=True, slots=True)
 class SamplingRequest:
-    """The sampling fields of a chat or completion request after defaults; max_tokens None = room left."""
+    """The sampling fields of a chat or completion request after defaults; max_tokens None = the client set no
+    limit: the server's --n-predict (`default_max_tokens`) or the room left in the context, whichever is less."""
 
     temperature: float | None
     top_p: float | None
@@ -159,6 +160,7 @@ class SamplingRequest:
     logprobs: int | None  # top-n alternatives per token; None = no logprobs
     ignore_eos: bool
     n: int = 1  # choices, generated together
+    default_max_tokens: int | None = None  # --n-predict: a cap, so a long prompt never makes it a 400
 
 
 MAX_CHOICES = 128
@@ -186,14 +188,13 @@ def parse_sampling(f: Fields, defaults: SamplingDefaults, *, chat: bool) -> Samp
     else:
         max_tokens = f.integer("max_tokens", 1, 1 << 20)
         logprobs = f.integer("logprobs", 0, MAX_LOGPROBS)
-    if max_tokens is None:
-        max_tokens = defaults.n_predict
     return SamplingRequest(
         temperature=f.number("temperature", 0.0, 2.0, defaults.temp),
         top_p=f.number("top_p", 0.0, 1.0, defaults.top_p),
         top_k=f.integer("top_k", 0, 1 << 20, defaults.top_k),
         min_p=f.number("min_p", 0.0, 1.0, defaults.min_p),
         max_tokens=max_tokens,
+        default_max_tokens=defaults.n_predict,
         seed=f.integer("seed", -(1 << 63), (1 << 64) - 1),
         stop=_stop(f),
         presence_penalty=f.number("presence_penalty", -2.0, 2.0, 0.0),

@@ -31,9 +31,15 @@ def refused(fn, param, **fields):
 
 def test_server_defaults_apply_when_fields_are_absent():
     s = chat().sampling
-    assert (s.temperature, s.top_p, s.top_k, s.min_p, s.max_tokens) == (1.5, 0.5, 20, 0.2, 7)
+    assert (s.temperature, s.top_p, s.top_k, s.min_p) == (1.5, 0.5, 20, 0.2)
+    assert (s.max_tokens, s.default_max_tokens) == (None, 7)
     params = sampling_params(s, 10, 100)
     assert (params.temperature, params.top_p, params.top_k, params.min_p, params.max_tokens) == (1.5, 0.5, 20, 0.2, 7)
+    # --n-predict is a cap on what the client left unset: a prompt leaving less room gets the room, not a 400
+    assert sampling_params(s, 96, 100).max_tokens == 4
+    with pytest.raises(ApiError, match="leaves no room"):
+        sampling_params(s, 100, 100)
+    assert sampling_params(chat(max_tokens=20).sampling, 10, 100).max_tokens == 20  # the client's own limit wins
 
 
 def test_explicit_zeros_override_defaults():
@@ -117,7 +123,7 @@ def test_logprobs_and_stop_forms():
     assert chat(logprobs=True).sampling.logprobs == 0
     assert chat(logprobs=False).sampling.logprobs is None
     assert chat(stop=["a", "b"], logit_bias={"12": -100}).sampling.logit_bias == {12: -100.0}
-    assert chat(n=1).sampling.max_tokens == 7
+    assert chat(n=1).sampling.default_max_tokens == 7
 
 
 @pytest.mark.parametrize(
