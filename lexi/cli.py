@@ -148,7 +148,7 @@ def serve_command(**opts) -> None:
     from lexi.http.auth import read_key_file
     from lexi.http.config import SamplingDefaults, ServerConfig
     from lexi.http.logs import configure_logging
-    from lexi.http.server import serve
+    from lexi.http.server import ListenError, serve
 
     configure_logging(opts["log_format"])
     keys = tuple(opts["api_key"])
@@ -212,8 +212,10 @@ def serve_command(**opts) -> None:
         if config.chat_template_file is not None:
             raise click.BadParameter(str(exc), param_hint="--chat-template-file") from None
         raise click.ClickException(str(exc)) from None
-    except GGUFError as exc:
-        raise click.ClickException(str(exc)) from None
+    except GGUFError as exc:  # before anything listens: the file -m names cannot be served
+        raise click.BadParameter(str(exc), param_hint="'-m' / '--model'") from None
+    except ListenError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.option) from None
     raise SystemExit(code)
 
 
@@ -261,11 +263,15 @@ def models_command() -> None:
     help="A GGUF path or a bundled model name (default: the default model).",
 )
 @click.option("--prompt", required=True, help="The text to continue (special tokens written in it are parsed).")
-@click.option("--n-predict", type=int, default=128, show_default=True, help="Tokens to generate at most.")
-@click.option("--temp", type=float, default=0.8, show_default=True, help="Temperature; 0 is greedy.")
-@click.option("--top-k", type=int, default=40, show_default=True, help="0 = off.")
-@click.option("--top-p", type=float, default=0.95, show_default=True, help="1 = off.")
-@click.option("--min-p", type=float, default=0.05, show_default=True, help="0 = off.")
+@click.option(
+    "--n-predict", type=click.IntRange(1, 131072), default=128, show_default=True, help="Tokens to generate at most."
+)
+@click.option(
+    "--temp", type=click.FloatRange(0.0, 2.0), default=0.8, show_default=True, help="Temperature; 0 is greedy."
+)
+@click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True, help="0 = off.")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0), default=0.95, show_default=True, help="1 = off.")
+@click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True, help="0 = off.")
 @click.option("--seed", type=int, default=None, help="Same seed and prompt give the same text.")
 @_load_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
@@ -294,7 +300,9 @@ def generate_command(
         f = read_gguf(resolve_model(model_name))
         tokenizer = Tokenizer.from_gguf(f)
         model = load_model(f, load, progress=not as_json)
-    except (GGUFError, ValueError) as exc:
+    except GGUFError as exc:
+        raise click.BadParameter(str(exc), param_hint="'-m' / '--model'") from None
+    except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sampler, state = Sampler(model.args.vocab_size), SamplerState(params)
 

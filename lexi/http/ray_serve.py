@@ -39,6 +39,7 @@ from lexi.engine.config import EngineConfig
 from lexi.http.config import SamplingDefaults, ServerConfig
 from lexi.http.ray_board import Board
 from lexi.http.ray_deployments import LexiIngress, LexiReplica, ReplicaSettings
+from lexi.http.server import url_host
 from lexi.http.state import prepare_state
 
 APP_NAME = "lexi"
@@ -133,7 +134,7 @@ def serve_replicas(
             logging_config=quiet,
         )
         serve.start(http_options={"host": config.host, "port": config.port}, logging_config=quiet)
-        where = f"http://{config.host}:{config.port}"
+        where = f"http://{url_host(config.host)}:{config.port}"
         share = "1 GPU" if gpus else f"{threads} CPU thread(s)"
         print(f"lexi-engine: {replicas} replicas of {state.names.public_id} on Ray Serve ({share} each)", flush=True)
         serve.run(ingress.bind(settings, model.bind(settings)), name=APP_NAME, route_prefix="/")

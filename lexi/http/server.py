@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 import sys
 
 import tornado.httpserver
@@ -70,10 +72,11 @@ async def _serve(state, gguf_file, load_config) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     server = tornado.httpserver.HTTPServer(make_app(state), max_body_size=_MAX_STREAMED_BODY, xheaders=False)
-    sockets = tornado.netutil.bind_sockets(state.config.port, state.config.host)
+    sockets = _bind(state.config.host, state.config.port)
     server.add_sockets(sockets)
     port = sockets[0].getsockname()[1]
-    print(f"lexi-engine: listening on http://{state.config.host}:{port} (model {state.names.public_id})", flush=True)
+    where = f"http://{url_host(state.config.host)}:{port}"
+    print(f"lexi-engine: listening on {where} (model {state.names.public_id})", flush=True)
     load_in_background(state, gguf_file, load_config, loaded)
     trimming = HeapTrimming()
     trimming.start()
@@ -88,6 +91,29 @@ async def _serve(state, gguf_file, load_config) -> int:
         await loop.run_in_executor(None, state.runtime.engine.shutdown)
     print("lexi-engine: stopped", flush=True)
     return status["code"]
+
+
+class ListenError(Exception):
+    """The server cannot listen where it was told; `option` (--host or --port) is the one to change."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option, self.message = option, message
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    try:
+        return tornado.netutil.bind_sockets(port, host)
+    except socket.gaierror as exc:
+        raise ListenError("--host", f"{host!r} does not resolve to an address: {exc.strerror}") from None
+    except OSError as exc:
+        option = "--host" if exc.errno == errno.EADDRNOTAVAIL else "--port"
+        raise ListenError(option, f"cannot listen on {url_host(host)}:{port}: {exc.strerror}") from None
+
+
+def url_host(host: str) -> str:
+    """A host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
 
 
 async def _drain(state, signal_name: str) -> None:

@@ -72,7 +72,9 @@ class LoadConfig:
         if self.kernels == "triton" and self.quantized is False:
             raise ValueError("kernels 'triton' reads the GGUF blocks: quantized cannot be False")
         if self.kernels == "triton" and self.deterministic:
-            raise ValueError("deterministic takes the CPU reference's row-independent paths: not with kernels 'triton'")
+            raise LoadConfigError(
+                "deterministic", "takes the CPU reference's row-independent paths: not with kernels 'triton'"
+            )
 
     def resolve(self) -> tuple[torch.device, torch.dtype, Kernels]:
         """(device, compute dtype, kernels) on this machine; LoadConfigError names the field that cannot be met."""

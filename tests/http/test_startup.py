@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
+import subprocess
 
 import gguf
 import numpy as np
 import pytest
-from server_process import run_refused
+from server_process import LEXI, run_refused
 
 from lexi.chat.template import MAX_TEMPLATE_BYTES
 
@@ -50,6 +53,9 @@ def test_triton_kernels_that_cannot_run_are_refused_before_listening():
 def test_deterministic_off_the_cpu_is_refused_before_listening():
     code, out, opened = run_refused("--device", "cuda", "--deterministic")
     assert code == 2 and "--deterministic" in out and "--device cpu" in out and not opened, out
+    interpreted = {**os.environ, "TRITON_INTERPRET": "1"}
+    code, out, opened = run_refused("--kernels", "triton", "--deterministic", env=interpreted)
+    assert code == 2 and "--deterministic" in out and "kernels 'triton'" in out and not opened, out
 
 
 def test_duplicate_alias_refused():
@@ -138,7 +144,32 @@ def test_bad_embedded_template_refused_before_listening(tmp_path, template, reas
 
 def test_missing_model_refused(tmp_path):
     code, out, opened = run_refused("-m", str(tmp_path / "absent.gguf"))
-    assert code != 0 and "absent.gguf" in out and not opened
+    assert code == 2 and "'--model'" in out and "absent.gguf" in out and not opened, out
+    (tmp_path / "text.gguf").write_text("not a model")
+    code, out, opened = run_refused("-m", str(tmp_path / "text.gguf"))
+    assert code == 2 and "'--model'" in out and "not a GGUF file" in out and not opened, out
+
+
+def test_a_port_in_use_or_a_bad_host_is_a_usage_error_without_a_traceback():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code, out, _ = run_refused("--port", str(taken.getsockname()[1]))
+    assert code == 2 and "--port" in out and "cannot listen on 127.0.0.1" in out and "Traceback" not in out, out
+    code, out, _ = run_refused("--host", "999.1.1.1")
+    assert code == 2 and "--host" in out and "does not resolve" in out and "Traceback" not in out, out
+
+
+def test_an_ipv6_host_is_printed_as_a_url():
+    proc = subprocess.Popen([LEXI, "serve", "--host", "::1", "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while "listening on" not in line and proc.poll() is None:
+            line = proc.stdout.readline()
+        assert re.search(r"listening on http://\[::1\]:\d+ ", line), line
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_model_that_fails_to_load_stops_the_server_with_the_reason(tmp_path):

@@ -63,3 +63,19 @@ def test_generate_refuses_triton_kernels_it_cannot_run():
     assert run.returncode == 2 and "--kernels" in run.stderr and "TRITON_INTERPRET=1" in run.stderr, run.stderr
     run = _generate("--prompt", "x", "--kernels", "triton", "--dtype", "bfloat16", env={**env, "TRITON_INTERPRET": "1"})
     assert run.returncode == 2 and "--dtype" in run.stderr and "bfloat16" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("--temp", "-5"), "'--temp'"),
+        (("--n-predict", "0"), "'--n-predict'"),
+        (("--top-p", "2"), "'--top-p'"),
+        (("--top-k", "-1"), "'--top-k'"),
+        (("--min-p", "5"), "'--min-p'"),
+        (("-m", "/nonexistent/model.gguf"), "'--model'"),
+    ],
+)
+def test_generate_refuses_bad_values_naming_the_option(args, option):
+    run = _generate("--prompt", "x", *args)
+    assert run.returncode == 2 and option in run.stderr and "Traceback" not in run.stderr, run.stderr
