@@ -36,6 +36,10 @@ def test_tokenize_detokenize_round_trip(server, smollm2_tokenizer):
     assert smollm2_tokenizer.token_to_id("<|im_start|>") in body["tokens"]
     _, pieces, _ = server.post("/tokenize", {"content": "Hello world", "with_pieces": True})
     assert "".join(p["piece"] for p in pieces["tokens"]) == "Hello world"
+    # a token holding part of a UTF-8 character comes back as its bytes (llama.cpp's shape), not as U+FFFD
+    _, pieces, _ = server.post("/tokenize", {"content": "é😀", "with_pieces": True})
+    raw = b"".join(bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces["tokens"])
+    assert raw.decode() == "é😀" and any(isinstance(p["piece"], list) for p in pieces["tokens"]), pieces
     status, back, _ = server.post("/detokenize", {"tokens": body["tokens"]})
     assert status == 200 and back["content"] == text
     status, bad, _ = server.post("/detokenize", {"tokens": [10**9]})
@@ -62,6 +66,8 @@ def test_apply_template(server):
     )
     assert status == 200
     assert body["prompt"] == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    status, body, _ = server.post("/apply-template", {"messages": [{"role": "user", "content": "U"}], "model": "nope"})
+    assert status == 400 and body["error"]["param"] == "model", body  # as chat answers it
 
 
 def test_metrics_count_requests_tokens_and_slots(server):

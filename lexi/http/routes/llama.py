@@ -23,9 +23,17 @@ class TokenizeRoute(Route):
         add_bos = f.boolean("add_special") and bool(tokenizer.add_bos)
         ids = tokenizer.encode(content, add_bos=add_bos, special=f.boolean("parse_special", True))
         if f.boolean("with_pieces"):
-            pieces = [{"id": i, "piece": tokenizer.token_bytes(i).decode("utf-8", "replace")} for i in ids]
-            return self.json({"tokens": pieces})
+            return self.json({"tokens": [{"id": i, "piece": _piece(tokenizer.token_bytes(i))} for i in ids]})
         return self.json({"tokens": ids})
+
+
+def _piece(data: bytes) -> str | list[int]:
+    """A token's text, or its byte values when it holds part of a UTF-8 character (as llama.cpp answers):
+    replacing them with U+FFFD would lose what the token is."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
 
 
 class DetokenizeRoute(Route):
@@ -49,5 +57,6 @@ class ApplyTemplateRoute(Route):
 
     def post(self) -> Reply:
         req = parse_chat_request(self.json_body(), self.state.sampling)
+        self.state.names.resolve(req.model)  # a model this server does not serve is the 400 chat would give
         turn = chat_turn(self.state, req.conversation)
         return self.json({"prompt": turn.prompt.text})
