@@ -160,16 +160,33 @@ def test_a_port_in_use_or_a_bad_host_is_a_usage_error_without_a_traceback():
     assert code == 2 and "--host" in out and "does not resolve" in out and "Traceback" not in out, out
 
 
-def test_an_ipv6_host_is_printed_as_a_url():
-    proc = subprocess.Popen([LEXI, "serve", "--host", "::1", "--port", "0"], stdout=subprocess.PIPE, text=True)
+def output_until_listening(*args: str) -> str:
+    """What `serve` prints up to its `listening on` line; then it is stopped."""
+    proc = subprocess.Popen(
+        [LEXI, "serve", "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
     try:
-        line = ""
-        while "listening on" not in line and proc.poll() is None:
+        while not lines or "listening on" not in lines[-1]:
             line = proc.stdout.readline()
-        assert re.search(r"listening on http://\[::1\]:\d+ ", line), line
+            if not line:
+                break
+            lines.append(line)
     finally:
         proc.kill()
         proc.wait()
+    return "".join(lines)
+
+
+def test_an_ipv6_host_is_printed_as_a_url():
+    out = output_until_listening("--host", "::1")
+    assert re.search(r"listening on http://\[::1\]:\d+ ", out), out
+
+
+def test_a_context_past_the_trained_one_is_served_with_a_warning():
+    out = output_until_listening("--ctx-size", "16384")  # SmolLM2 was trained on 8192
+    assert "--ctx-size 16384 is more than the 8192 tokens the model was trained on" in out, out
+    assert "trained on" not in output_until_listening("--ctx-size", "8192")
 
 
 def test_a_model_that_fails_to_load_stops_the_server_with_the_reason(tmp_path):
