@@ -75,10 +75,12 @@ class CorsPolicy:
         return bool(self.origins)
 
     def allows(self, origin: str | None) -> bool:
+        """`*` allows any origin a browser sends, `null` included (file:// pages, sandboxed frames)."""
         if not origin or not self.origins or not _VISIBLE.match(origin):
             return False
-        normal = normalize_origin(origin)
-        return normal is not None and (ANY in self.origins or normal in self.origins)
+        if ANY in self.origins:
+            return True
+        return normalize_origin(origin) in self.origins
 
     def response_headers(self, origin: str) -> dict[str, str]:
         """On every answer to an allowed origin. The origin is echoed (never `*`) so the answer stays

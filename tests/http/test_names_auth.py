@@ -7,7 +7,7 @@ import socket
 
 import openai
 import pytest
-from server_process import API_KEY
+from server_process import API_KEY, http
 
 ROUTES = [
     ("GET", "/v1/models"),
@@ -142,9 +142,18 @@ def test_malformed_requests_are_400_in_openai_shape(server, body, param):
 
 
 def test_method_not_allowed_is_in_openai_shape(server):
-    status, reply, _ = server.get("/v1/chat/completions")
-    assert status == 405
+    status, reply, headers = server.get("/v1/chat/completions")
+    assert status == 405 and headers["Allow"] == "POST, OPTIONS"  # RFC 9110: a 405 names what is allowed
     assert_error_shape(reply)
+    status, _, headers = http("DELETE", server.url + "/v1/models", headers=server.auth())
+    assert status == 405 and headers["Allow"] == "GET, HEAD, OPTIONS"
+
+
+def test_head_answers_what_get_answers_without_a_body(server):
+    status, body, headers = http("HEAD", server.url + "/health")
+    assert status == 200 and body == "" and headers["Content-Type"] == "application/json"
+    status, _, _ = http("HEAD", server.url + "/v1/chat/completions", headers=server.auth())
+    assert status == 405
 
 
 def test_body_over_the_limit_is_413(server):

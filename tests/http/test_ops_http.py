@@ -9,6 +9,8 @@ import openai
 import pytest
 from server_process import Server, http, run_refused
 
+from lexi.http.cors import CorsPolicy
+
 KEY = "sk-ops-key"
 ORIGIN = "http://localhost:3000"
 ORIGINS = ("--allowed-origins", ORIGIN, "--allowed-origins", "https://app.example, http://127.0.0.1:5173/")
@@ -64,6 +66,12 @@ def test_preflight_from_another_origin_is_refused_without_cors_headers(cors_serv
     assert cors_headers(got) == {}
 
 
+def test_any_origin_includes_null_and_listed_origins_do_not():
+    """`*` allows what a file:// page or a sandboxed frame sends (`Origin: null`); a list never matches it."""
+    assert CorsPolicy(("*",)).allows("null") and CorsPolicy(("*",)).allows("chrome-extension://abc")
+    assert not CorsPolicy((ORIGIN,)).allows("null") and CorsPolicy((ORIGIN,)).allows(ORIGIN)
+
+
 def test_private_network_preflight(cors_server):
     headers = {**PREFLIGHT, "Access-Control-Request-Private-Network": "true"}
     status, _, got = options(cors_server, "/v1/chat/completions", headers)
@@ -72,7 +80,7 @@ def test_private_network_preflight(cors_server):
 
 def test_options_without_a_preflight_lists_the_methods(cors_server):
     status, _, got = options(cors_server, "/v1/models", {})
-    assert status == 204 and got["Allow"] == "GET, OPTIONS"
+    assert status == 204 and got["Allow"] == "GET, HEAD, OPTIONS"
     assert cors_headers(got) == {}
 
 

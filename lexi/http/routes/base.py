@@ -109,11 +109,22 @@ class Route:
     def _not_allowed(self, *args: str) -> Reply:
         raise status_error(405)
 
-    get = head = post = delete = patch = put = _not_allowed
+    get = post = delete = patch = put = _not_allowed
+
+    def head(self, *args: str) -> Reply:
+        """What GET answers, headers only (the transport leaves the body out), as health checkers expect."""
+        if type(self).get is Route._not_allowed:
+            raise status_error(405)
+        return self.get(*args)
+
+    def allowed_methods(self) -> list[str]:
+        """The methods this route answers, for `Allow` and CORS preflights."""
+        methods = [m for m in ("GET", "POST") if getattr(type(self), m.lower()) is not Route._not_allowed]
+        return [*methods[:1], "HEAD", *methods[1:]] if "GET" in methods else methods
 
     def options(self, *args: str) -> Reply:
         """A CORS preflight (no key needed: browsers never send one with it); other OPTIONS list the methods."""
-        methods = [m for m in ("GET", "POST") if getattr(type(self), m.lower()) is not Route._not_allowed]
+        methods = self.allowed_methods()
         headers = self.request.headers
         origin, asked = headers.get("Origin"), headers.get("Access-Control-Request-Method")
         if origin is None or asked is None:
@@ -145,6 +156,8 @@ class Route:
         reply = self.json(error.body(), error.status)
         if error.status == 401:
             reply.headers["WWW-Authenticate"] = "Bearer"
+        if error.status == 405:  # RFC 9110: a 405 says what the route does take
+            reply.headers["Allow"] = ", ".join([*self.allowed_methods(), "OPTIONS"])
         return reply
 
 
