@@ -141,6 +141,9 @@ def serve_replicas(
         print(f"lexi-engine: listening on {where} (model {state.names.public_id})", flush=True)
         code = _watch(board, replicas, stopped)
         print("lexi-engine: shutting down the replicas", flush=True)
+        # Deleting the application first waits out each replica's graceful shutdown (--shutdown-timeout);
+        # serve.shutdown() alone stopped the replicas under their running requests.
+        serve.delete(APP_NAME)
         serve.shutdown()
     finally:
         ray.shutdown()
