@@ -5,7 +5,6 @@ supports the field, raw HTTP where it does not."""
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -297,9 +296,10 @@ def test_max_tool_calls_caps_the_calls(four_slots):
         assert made and all(call.arguments == "{}" for call in made)
         return made
 
-    seeds = range(16)
-    with ThreadPoolExecutor(4) as pool:
-        uncapped = list(pool.map(lambda seed: len(calls(seed, None)), seeds))
-        capped = list(pool.map(lambda seed: len(calls(seed, 2)), seeds))
-    assert max(uncapped) > 2, f"no seed made more than two calls, so the cap went untested: {uncapped}"
-    assert max(capped) == 2, capped
+    # One at a time: a seeded request alone in the batch draws the same tokens on every run (batched rows
+    # may not), so which seeds go past two calls does not change from run to run (3 of these 16 here).
+    uncapped = [len(calls(seed, None)) for seed in range(16)]
+    chatty = [seed for seed, made in enumerate(uncapped) if made > 2]
+    assert chatty, f"no seed made more than two calls, so the cap went untested: {uncapped}"
+    capped = [len(calls(seed, 2)) for seed in chatty]
+    assert max(capped) == 2 and min(capped) >= 1, capped
