@@ -295,7 +295,7 @@ def generate_command(
     try:
         gen = GenerateConfig(n_predict=n_predict)
         params = SamplingParams(
-            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max(n_predict, 1)
+            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, max_tokens=n_predict
         )
         f = read_gguf(resolve_model(model_name))
         tokenizer = Tokenizer.from_gguf(f)

@@ -56,6 +56,7 @@ def nesting(value: Any) -> int:
 
 
 UNSUPPORTED_VALUE = "unsupported_value"  # OpenAI's code for a known field given a value this server cannot honour
+UNSUPPORTED_PARAMETER = "unsupported_parameter"  # ... and for a known field this server does not take at all
 
 
 def refuse_unknown(data: dict[str, Any], known: tuple[str, ...] | frozenset[str], prefix: str = "") -> None:

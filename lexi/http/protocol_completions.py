@@ -10,6 +10,7 @@ from lexi.http.errors import bad_request
 from lexi.http.protocol import (
     COMPLETION_SAMPLING_FIELDS,
     NO_EFFECT,
+    UNSUPPORTED_PARAMETER,
     UNSUPPORTED_VALUE,
     Fields,
     SamplingRequest,
@@ -40,7 +41,7 @@ def parse_completion_request(body: dict[str, Any], defaults: SamplingDefaults) -
     if model is not None and not isinstance(model, str):
         f.fail("model", "must be a string")
     if f.present("suffix"):
-        f.fail("suffix", "is not supported (no fill-in-the-middle)", code="unsupported_parameter")
+        f.fail("suffix", "is not supported (no fill-in-the-middle)", code=UNSUPPORTED_PARAMETER)
     sampling = parse_sampling(f, defaults, chat=False)
     if f.present("best_of") and f.integer("best_of", 1, 1 << 20) != sampling.n:
         f.fail(

@@ -23,6 +23,7 @@ from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
 from lexi.http.protocol import (
     NO_EFFECT,
+    UNSUPPORTED_PARAMETER,
     UNSUPPORTED_VALUE,
     Fields,
     SamplingRequest,
@@ -205,7 +206,7 @@ def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
 def _refuse_unsupported(f: Fields) -> None:
     for key, why in UNSUPPORTED.items():
         if f.present(key):
-            raise bad_request(f"{key} is not supported: {why}", param=key, code="unsupported_parameter")
+            f.fail(key, f"is not supported: {why}", code=UNSUPPORTED_PARAMETER)
     if f.boolean("store", default=False):
         f.fail(
             "store",
@@ -265,10 +266,8 @@ def _reasoning_effort(f: Fields) -> str | None:
     r = Fields(reasoning, "reasoning.")
     for key in ("summary", "generate_summary"):
         if r.present(key):
-            raise bad_request(
-                f"reasoning.{key} is not supported: the model's reasoning is returned as it is, not summarized",
-                param=f"reasoning.{key}", code="unsupported_parameter",
-            )  # fmt: skip
+            why = "is not supported: the model's reasoning is returned as it is, not summarized"
+            r.fail(key, why, UNSUPPORTED_PARAMETER)
     refuse_unknown(reasoning, ("effort", "summary", "generate_summary"), "reasoning.")
     return r.string("effort", choices=REASONING_EFFORTS)
 

@@ -106,7 +106,7 @@ def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_confi
     path = resolve_model(config.model)
     gguf_file = read_gguf(path)
     template = template_for(config, gguf_file.metadata)
-    _warn_past_trained_context(gguf_file.metadata, engine_config.ctx_size)
+    _warn_past_trained_context(gguf_file, engine_config.ctx_size)
     tokens = gguf_file.metadata.get("tokenizer.ggml.tokens") or []
     extra_stop = (CHATML_STOP,) if template.source == CHATML_TEMPLATE and CHATML_STOP not in tokens else ()
     state = ServerState(
@@ -122,10 +122,10 @@ def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_confi
     return state, gguf_file
 
 
-def _warn_past_trained_context(metadata, ctx_size: int) -> None:
+def _warn_past_trained_context(gguf_file, ctx_size: int) -> None:
     """Served, but said: positions past the trained context are outside what the model learned (llama.cpp warns
-    the same way; RoPE scaling is not applied here)."""
-    trained = metadata.get(f"{metadata.get('general.architecture')}.context_length")
+    the same way; the file's own RoPE settings are used as they are, nothing extends them)."""
+    trained = gguf_file.metadata.get(f"{gguf_file.architecture}.context_length")
     if trained is not None and ctx_size > int(trained):
         log.warning(
             "--ctx-size %d is more than the %d tokens the model was trained on: past position %d its output "
