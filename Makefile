@@ -17,11 +17,18 @@ LLAMA_FLAGS := $(shell tr ' ' '\n' < /proc/cpuinfo 2>/dev/null | sort -u | awk '
 LLAMA_KEY := $(shell echo '$(LLAMA_FLAGS)' | md5sum | cut -c1-10)
 WHEELS ?= $(HOME)/.cache/lexi-engine/wheels/$(LLAMA_KEY)
 STAMP := $(VENV)/.installed
+# The CPU kernels (lexi/kernels/cpu, C): `pip install -e` builds them once; this rebuilds them when their sources change.
+CPU_SOURCES := $(wildcard lexi/kernels/cpu/*.c lexi/kernels/cpu/*.h) setup.py
+CPU_STAMP := lexi/kernels/.cpu-built
 PYTEST_ARGS ?=
 
 .PHONY: venv serve test lint clean
 
-venv: $(STAMP)
+venv: $(CPU_STAMP)
+
+$(CPU_STAMP): $(STAMP) $(CPU_SOURCES)
+	$(BIN)/python setup.py -q build_ext --inplace
+	touch $(CPU_STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,14 +49,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --find-links $(WHEELS) $(TORCH) $(LLAMA_CPP)
 	touch $(STAMP)
 
-serve: $(STAMP)
+serve: $(CPU_STAMP)
 	$(BIN)/lexi-engine serve
 
-test: $(STAMP)
+test: $(CPU_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(CPU_STAMP)
 	$(BIN)/ruff check lexi tests bench
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) build $(CPU_STAMP) lexi/kernels/_cpu*.so

@@ -6,9 +6,11 @@ import click
 
 from lexi.kernels.backend import KERNELS
 
+LOAD_OPTIONS = ("dtype", "device", "deterministic", "kernels", "activations")  # LoadConfig's fields, as options
+
 
 def _load_options(command):
-    """--dtype, --device, --deterministic and --kernels: how the model loads, the same for serve and generate."""
+    """--dtype, --device, --deterministic, --kernels, --activations: how the model loads, for serve and generate."""
     options = [
         click.option(
             "--dtype",
@@ -27,8 +29,14 @@ def _load_options(command):
             type=click.Choice(KERNELS),
             default="auto",
             show_default=True,
-            help="auto: Triton on CUDA, the PyTorch references elsewhere. "
-            "triton on a CPU needs TRITON_INTERPRET=1 (slow).",
+            help="auto: Triton on CUDA, the CPU kernels elsewhere. triton on a CPU needs TRITON_INTERPRET=1 (slow).",
+        ),
+        click.option(
+            "--activations",
+            type=click.Choice(["int16", "int8"]),
+            default="int16",
+            show_default=True,
+            help="CPU: a matmul's input as two int8 terms (finer than bfloat16) or one (llama.cpp's; faster prefill).",
         ),
     ]
     for option in reversed(options):
@@ -199,9 +207,7 @@ def serve_command(**opts) -> None:
         )
 
     def load():  # imports torch: only after the model file and the template have passed their checks
-        return _load_config(
-            dtype=opts["dtype"], device=opts["device"], deterministic=opts["deterministic"], kernels=opts["kernels"]
-        )
+        return _load_config(**{key: opts[key] for key in LOAD_OPTIONS})
 
     try:
         if replicas > 1:
@@ -231,7 +237,7 @@ def _serve_replicas(config, sampling, engine, opts) -> int:
     except ImportError as exc:
         message = f"--replicas above 1 needs Ray Serve: pip install 'lexi-engine[ray]' ({exc})"
         raise click.BadParameter(message, param_hint="--replicas") from None
-    load = {key: opts[key] for key in ("dtype", "device", "deterministic", "kernels")}
+    load = {key: opts[key] for key in LOAD_OPTIONS}
     try:
         return serve_replicas(config, sampling, engine, load, opts["replicas"], opts["ray_address"])
     except RayJoinError as exc:
@@ -276,7 +282,8 @@ def models_command() -> None:
 @_load_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
 def generate_command(
-    model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, kernels, as_json
+    model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, kernels, activations,
+    as_json,
 ) -> None:
     """Continue one prompt with the model and print the text (no server)."""
     import json
@@ -291,7 +298,9 @@ def generate_command(
     from lexi.model.generate import GenerateConfig, generate_tokens
     from lexi.model.loader import load_model
 
-    load = _load_config(dtype=dtype, device=device, deterministic=deterministic, kernels=kernels)
+    load = _load_config(
+        dtype=dtype, device=device, deterministic=deterministic, kernels=kernels, activations=activations
+    )
     try:
         gen = GenerateConfig(n_predict=n_predict)
         params = SamplingParams(

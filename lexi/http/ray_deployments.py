@@ -51,6 +51,7 @@ class ReplicaSettings:
     board: str  # the Board actor's name
     deterministic: bool  # --deterministic
     kernels: str  # --kernels
+    activations: str = "int16"  # --activations
 
 
 def _busy() -> ApiError:
@@ -113,6 +114,7 @@ class LexiReplica:
                 device=settings.device,
                 deterministic=settings.deterministic,
                 kernels=settings.kernels,
+                activations=settings.activations,
             )
             load_in_background(state, gguf_file, config, self._loaded)
 

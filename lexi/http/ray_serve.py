@@ -112,6 +112,7 @@ def serve_replicas(
             board_name,
             load["deterministic"],
             load["kernels"],
+            load["activations"],
         )
         quiet = {"enable_access_log": False, "encoding": "JSON" if json_logs else "TEXT"}
         model = serve.deployment(

@@ -7,8 +7,7 @@ from torch import nn
 
 from lexi.kernels.paged_attention import AttentionMetadata, paged_attention, write_kv
 from lexi.kernels.paged_attention_cpu import attention_rowwise, decode_attention
-from lexi.model.fast_weights import StackedProjection
-from lexi.model.linear import QuantLinear, fast_max_rows
+from lexi.model.linear import FusedLinear, QuantLinear
 from lexi.model.norms import RMSNorm
 from lexi.model.rope import apply_rope
 from lexi.model.step import StepPlan
@@ -17,7 +16,8 @@ from lexi.model.step import StepPlan
 class Attention(nn.Module):
     """q/k/v projections (+ qwen2 biases), per-head q/k norms (qwen3, gemma3), rope, paged attention, output.
 
-    `qkv` (CPU bfloat16 loads of quantized weights) stacks the three projections for decode-sized steps.
+    `qkv` (CPU kernels) multiplies the three projections in one call; q, k and v then come out float32, and q is
+    cast to the cache's dtype for attention.
     """
 
     def __init__(
@@ -37,7 +37,7 @@ class Attention(nn.Module):
         softcap: float = 0.0,
         q_norm: RMSNorm | None = None,
         k_norm: RMSNorm | None = None,
-        qkv: StackedProjection | None = None,
+        qkv: FusedLinear | None = None,
         kernels: str = "auto",
     ) -> None:
         super().__init__()
@@ -48,18 +48,11 @@ class Attention(nn.Module):
         self.scale, self.sliding_window, self.softcap = scale, sliding_window, softcap
         self.qkv = qkv
         self.kernels = kernels  # paged attention implementations: auto | triton | reference (kernels/backend.py)
-        self.qkv_max_rows = fast_max_rows(qkv.weight) if qkv is not None else 0
         self.qk_norm: RMSNorm | None = None
         if q_norm is not None and k_norm is not None:
             # q and k heads normed in one call: each head row gets its own projection's weight.
             w = torch.cat([q_norm.weight.expand(n_heads, -1), k_norm.weight.expand(n_kv_heads, -1)])
             self.qk_norm = RMSNorm(w, q_norm.eps)
-
-    def _stacked(self, x: torch.Tensor, force_fast: bool) -> torch.Tensor | None:
-        """(T, (H + 2 KVH) * D): q, k, v side by side from one matmul, for decode-sized steps; else None."""
-        if self.qkv is None or x.dtype != torch.bfloat16 or not (force_fast or x.shape[0] <= self.qkv_max_rows):
-            return None
-        return self.qkv(x)
 
     def forward(
         self,
@@ -70,8 +63,8 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         t, h, kvh, d = x.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
         rope = plan.rope_local if self.sliding_window else plan.rope_global
-        stacked = self._stacked(x, plan.deterministic)
-        if stacked is not None:
+        if self.qkv is not None:
+            stacked = self.qkv(x)
             # q and k heads are adjacent columns: norm and rotate them in one go, as (T, H + KVH, D).
             qk = stacked[:, : (h + kvh) * d].view(t, h + kvh, d)
             if self.qk_norm is not None:
@@ -90,7 +83,8 @@ class Attention(nn.Module):
             q = apply_rope(q, rope, self.rope_style, self.rope_dim)
             k = apply_rope(k, rope, self.rope_style, self.rope_dim)
         k_cache, v_cache = cache
-        write_kv(k, v.reshape(t, kvh, d), k_cache, v_cache, meta.slot_mapping)
+        q = q.to(k_cache.dtype)
+        write_kv(k.to(k_cache.dtype), v.reshape(t, kvh, d).to(k_cache.dtype), k_cache, v_cache, meta.slot_mapping)
         kwargs = {"scale": self.scale, "sliding_window": self.sliding_window}
         if plan.deterministic and q.device.type == "cpu" and self.kernels != "triton":
             o = attention_rowwise(q, k_cache, v_cache, meta, softcap=self.softcap, **kwargs)
@@ -103,4 +97,4 @@ class Attention(nn.Module):
 
     def extra_repr(self) -> str:
         h = f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}"
-        return f"{h}, window={self.sliding_window}, stacked_qkv={self.qkv is not None}, kernels={self.kernels}"
+        return f"{h}, window={self.sliding_window}, fused_qkv={self.qkv is not None}, kernels={self.kernels}"

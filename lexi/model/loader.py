@@ -6,18 +6,16 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
 from lexi.kernels.backend import KERNELS, Kernels, interpreter_enabled, resolve_kernels
-from lexi.kernels.int8_cpu import int8_supported
+from lexi.kernels.cpu_qmatmul import ACTIVATIONS, CpuKernels
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
-from lexi.model.fast_weights import StackedProjection
-from lexi.model.head import OutputHead, head_copies
-from lexi.model.linear import BlockEmbedding, QuantLinear, TokenEmbedding, dense_weight
+from lexi.model.head import OutputHead
+from lexi.model.linear import BlockEmbedding, FusedLinear, QuantLinear, TokenEmbedding, dense_weight
 from lexi.model.mlp import GatedMLP
 from lexi.model.norms import RMSNorm
 from lexi.model.transformer import Block, Transformer
@@ -48,8 +46,10 @@ class LoadConfigError(ValueError):
 class LoadConfig:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16: the compute dtype of activations and dense weights
     device: str = "auto"  # auto | cpu | cuda
-    # Keep linear weights as GGUF blocks read by lexi.kernels.qmatmul; None = on CUDA or with Triton kernels.
-    # Forcing it on a CPU runs qmatmul's PyTorch reference (slow), which tests use to check the CUDA path's wiring.
+    # How quantized weights are held. None: the CPU kernels on a CPU (lexi/kernels/cpu_qmatmul.py; dense float32
+    # copies for a float32 load, the exact reference tests compare with transformers), GGUF blocks for qmatmul on
+    # CUDA or with Triton kernels. True: GGUF blocks for qmatmul everywhere (on a CPU its PyTorch reference, which
+    # dequantizes per call: tests check the CUDA path's wiring with it). False: dense copies in the compute dtype.
     quantized: bool | None = None
     # Row-independent paths only (lexi/model/step.py): greedy tokens then do not depend on the batch a request
     # shares or on prefix-cache hits, at the price of slower prefill (bench/RESULTS.md measures it).
@@ -57,8 +57,13 @@ class LoadConfig:
     # auto | triton | reference (lexi/kernels/backend.py): auto is Triton on CUDA, the PyTorch references
     # elsewhere; triton on a CPU runs the kernels in Triton's interpreter (TRITON_INTERPRET=1; tests).
     kernels: str = "auto"
+    # int16 | int8: how the CPU kernels carry a matmul's input (lexi/kernels/cpu_qmatmul.py CpuKernels): two int8
+    # terms (finer than bfloat16), or one, llama.cpp's arithmetic and the faster prefill.
+    activations: str = "int16"
 
     def __post_init__(self) -> None:
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}; got {self.activations!r}")
         if not isinstance(self.deterministic, bool):
             raise ValueError(f"deterministic must be True or False; got {self.deterministic!r}")
         if self.quantized not in (None, True, False):
@@ -139,7 +144,7 @@ def _check_shape(f: GGUFFile, info: TensorInfo, shape: tuple[int, ...]) -> None:
 
 
 def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = False) -> Transformer:
-    """Dequantize (CPU) or upload the blocks of (CUDA) every tensor of `f` into a ready `Transformer`."""
+    """Every tensor of `f` into a ready `Transformer`: CPU-kernel weights (CPU), GGUF blocks (CUDA), or dense."""
     config = config or LoadConfig()
     args = model_args_from_gguf(f)
     device, dtype, kernels = config.resolve()
@@ -148,11 +153,15 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
         raise ValueError("dtype float16 overflows Gemma 3's activations (NaN logits); use bfloat16 or float32")
     if config.quantized is None:
         quantized = device.type == "cuda" or kernels == "triton"
+        dense = not quantized and dtype == torch.float32
     else:
-        quantized = config.quantized
+        quantized, dense = config.quantized, not config.quantized
+    cpu_kernels = None
+    if device.type == "cpu" and not quantized and not dense:
+        cpu_kernels = CpuKernels(torch.get_num_threads(), activations=config.activations)
     bar = _progress_bar(f, progress)
     try:
-        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized, config.deterministic, kernels)
+        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized, config.deterministic, kernels, cpu_kernels)
     finally:
         if bar is not None:
             bar.close()
@@ -168,52 +177,42 @@ def _build(
     quantized: bool,
     deterministic: bool = False,
     kernels: Kernels = "reference",
+    cpu_kernels: CpuKernels | None = None,
 ) -> Transformer:
-    # The CPU bfloat16 path: decode copies of the quantized weights, stacked per input (lexi/model/fast_weights.py).
-    cpu_fast = device.type == "cpu" and dtype == torch.bfloat16 and not quantized and kernels == "reference"
-
-    def stacked(names: list[str], bias: bool = False) -> StackedProjection | None:
-        if not cpu_fast:
-            return None
-        biases = [f.tensors[f"{n}.bias"] for n in names] if bias else None
-        return StackedProjection.build([f.tensors[f"{n}.weight"] for n in names], biases)
-
     def norm(name: str, size: int) -> RMSNorm:
         info = t.get(name)
         _check_shape(f, info, (size,))
         return RMSNorm(dequantize_tensor(info).to(device), args.norm_eps)
 
-    def linear(name: str, out_f: int, in_f: int, bias: bool = False, fast: bool = True) -> QuantLinear:
+    def linear(name: str, out_f: int, in_f: int, bias: bool = False) -> QuantLinear:
         info = t.get(f"{name}.weight")
         _check_shape(f, info, (out_f, in_f))
         b = t.get(f"{name}.bias") if bias else None
-        return QuantLinear.from_gguf(info, dtype, device, bias=b, quantized=quantized, fast=fast, kernels=kernels)
+        return QuantLinear.from_gguf(info, dtype, device, b, quantized, kernels, cpu_kernels)
 
     a = args
     emb_info = t.get("token_embd.weight")
     _check_shape(f, emb_info, (a.vocab_size, a.dim))
     head_info = emb_info if a.tied_output else t.get("output.weight")
     _check_shape(f, head_info, (a.vocab_size, a.dim))
-    # The CPU bfloat16 path reads an int8 copy of a quantized head with float32 logits (lexi/model/head.py);
-    # the embedding then keeps the file's blocks and dequantizes the rows it looks up.
-    int8_head = cpu_fast and head_info.qtype.name not in ("F32", "F16", "BF16") and int8_supported()
-    # Otherwise on a CPU the output layer stays float32 whatever the compute dtype: a bfloat16 result has 8 bits
-    # of mantissa, so logits near 20 would be rounded to steps of 0.125 and near-ties would become exact ties.
-    head_dtype = dtype if quantized else torch.float32
     # Rows come out in the residual stream's dtype (float32 on a CPU, see Transformer).
     rows_dtype = torch.float32 if device.type == "cpu" else dtype
-    if int8_head and emb_info.qtype.name not in ("F32", "F16", "BF16"):
-        embed = BlockEmbedding(emb_info, a.embed_scale, rows_dtype)
+    dense = cpu_kernels is None and not quantized
+    if dense or emb_info.qtype.name in ("F32", "F16", "BF16"):
+        embed = TokenEmbedding(dense_weight(emb_info, dtype if not dense else torch.float32, device), a.embed_scale,
+                               rows_dtype)  # fmt: skip
     else:
-        embed_dtype = head_dtype if a.tied_output and not int8_head else dtype
-        embed = TokenEmbedding(dense_weight(emb_info, embed_dtype, device), a.embed_scale, rows_dtype)
+        embed = BlockEmbedding(emb_info, a.embed_scale, rows_dtype, device)
     blocks = []
     for i in range(a.n_layers):
         p = f"blk.{i}"
+        wq = linear(f"{p}.attn_q", a.q_dim, a.dim, a.qkv_bias)
+        wk = linear(f"{p}.attn_k", a.kv_dim, a.dim, a.qkv_bias)
+        wv = linear(f"{p}.attn_v", a.kv_dim, a.dim, a.qkv_bias)
         attn = Attention(
-            linear(f"{p}.attn_q", a.q_dim, a.dim, a.qkv_bias, fast=False),
-            linear(f"{p}.attn_k", a.kv_dim, a.dim, a.qkv_bias, fast=False),
-            linear(f"{p}.attn_v", a.kv_dim, a.dim, a.qkv_bias, fast=False),
+            wq,
+            wk,
+            wv,
             linear(f"{p}.attn_output", a.dim, a.q_dim),
             n_heads=a.n_heads,
             n_kv_heads=a.n_kv_heads,
@@ -225,16 +224,12 @@ def _build(
             softcap=a.attn_softcap,
             q_norm=norm(f"{p}.attn_q_norm.weight", a.head_dim) if a.qk_norm else None,
             k_norm=norm(f"{p}.attn_k_norm.weight", a.head_dim) if a.qk_norm else None,
-            qkv=stacked([f"{p}.attn_q", f"{p}.attn_k", f"{p}.attn_v"], a.qkv_bias),
+            qkv=FusedLinear.maybe([wq, wk, wv]),
             kernels=kernels,
         )
-        mlp = GatedMLP(
-            linear(f"{p}.ffn_gate", a.ffn_dim, a.dim, fast=False),
-            linear(f"{p}.ffn_up", a.ffn_dim, a.dim, fast=False),
-            linear(f"{p}.ffn_down", a.dim, a.ffn_dim),
-            a.activation,
-            gate_up=stacked([f"{p}.ffn_gate", f"{p}.ffn_up"]),
-        )
+        gate = linear(f"{p}.ffn_gate", a.ffn_dim, a.dim)
+        up = linear(f"{p}.ffn_up", a.ffn_dim, a.dim)
+        mlp = GatedMLP(gate, up, linear(f"{p}.ffn_down", a.dim, a.ffn_dim), a.activation, FusedLinear.maybe([gate, up]))
         blocks.append(
             Block(
                 norm(f"{p}.attn_norm.weight", a.dim),
@@ -245,17 +240,12 @@ def _build(
                 norm(f"{p}.post_ffw_norm.weight", a.dim) if a.sandwich_norm else None,
             )
         )
-    if int8_head:
-        int8, int4 = head_copies(head_info)
-        if isinstance(embed, BlockEmbedding) and head_info is emb_info:
-            rows = embed.blocks  # tied: one copy of the file's rows serves both
-        else:
-            rows = torch.from_numpy(np.array(head_info.data, dtype=np.uint8, copy=True))
-        output = OutputHead(None, int8, rows, head_info.qtype, int4)
-    elif a.tied_output and not quantized:  # share the embedding's dense matrix: no second copy of the largest tensor
+    if a.tied_output and isinstance(embed, TokenEmbedding) and embed.weight.dtype == torch.float32:
+        # A float32 table doubles as the head: no second copy of the largest tensor.
         output = OutputHead(QuantLinear(embed.weight.data, None))
     else:
-        output = OutputHead(QuantLinear.from_gguf(head_info, head_dtype, device, quantized=quantized, kernels=kernels))
+        head_dtype = torch.float32 if device.type == "cpu" else dtype
+        output = OutputHead(QuantLinear.from_gguf(head_info, head_dtype, device, None, quantized, kernels, cpu_kernels))
     freq_factors = None
     if a.has_rope_freqs:
         info = t.get("rope_freqs.weight")
@@ -263,5 +253,5 @@ def _build(
         freq_factors = dequantize_tensor(info)
     final_norm = norm("output_norm.weight", a.dim)
     return Transformer(
-        args, embed, blocks, final_norm, output, dtype, device, freq_factors, deterministic, kernels=kernels
+        args, embed, blocks, final_norm, output, dtype, device, freq_factors, deterministic, kernels, cpu_kernels
     )

@@ -6,12 +6,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lexi.model.fast_weights import StackedProjection
-from lexi.model.linear import QuantLinear, fast_max_rows
+from lexi.model.linear import FusedLinear, QuantLinear
+
+
+def gated(g: torch.Tensor, u: torch.Tensor, activation: str) -> torch.Tensor:
+    """act(g) * u: gemma uses the tanh approximation of GELU (gelu_pytorch_tanh), the llama family SiLU."""
+    return (F.gelu(g, approximate="tanh") if activation == "gelu_tanh" else F.silu(g)) * u
 
 
 class GatedMLP(nn.Module):
-    """`gate_up` (CPU bfloat16 loads of quantized weights) stacks gate and up for decode-sized steps."""
+    """`gate_up` (CPU kernels) multiplies gate and up in one call."""
 
     def __init__(
         self,
@@ -19,20 +23,16 @@ class GatedMLP(nn.Module):
         up: QuantLinear,
         down: QuantLinear,
         activation: str,
-        gate_up: StackedProjection | None = None,
+        gate_up: FusedLinear | None = None,
     ) -> None:
         super().__init__()
         self.gate, self.up, self.down = gate, up, down
         self.activation = activation
         self.gate_up = gate_up
-        self.gate_up_max_rows = fast_max_rows(gate_up.weight) if gate_up is not None else 0
 
-    def forward(self, x: torch.Tensor, force_fast: bool = False) -> torch.Tensor:
-        stack = self.gate_up is not None and x.dtype == torch.bfloat16
-        if stack and (force_fast or x.shape[0] <= self.gate_up_max_rows):
+    def forward(self, x: torch.Tensor, force_rowwise: bool = False) -> torch.Tensor:
+        if self.gate_up is not None:
             g, u = self.gate_up(x).split(self.gate_up.sizes, dim=-1)
         else:
-            g, u = self.gate(x, force_fast), self.up(x, force_fast)
-        # gemma uses the tanh approximation of GELU (gelu_pytorch_tanh); the llama family uses SiLU.
-        g = F.gelu(g, approximate="tanh") if self.activation == "gelu_tanh" else F.silu(g)
-        return self.down(g * u, force_fast)
+            g, u = self.gate(x, force_rowwise), self.up(x, force_rowwise)
+        return self.down(gated(g, u, self.activation), force_rowwise)

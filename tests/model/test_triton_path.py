@@ -107,7 +107,7 @@ def test_triton_kernels_through_the_engine_match_the_reference(tiny_models, name
     tri = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="triton"))
     # The CUDA layout: every layer's weight in GGUF blocks read by the Triton kernels, no CPU decode copies.
     linears = [m for m in tri.modules() if type(m).__name__ == "QuantLinear"]
-    assert linears and all(m.qweight is not None and m.kernels == "triton" and m.fast is None for m in linears)
+    assert linears and all(m.qweight is not None and m.kernels == "triton" and m.cpu is None for m in linears)
     assert tri.kernels == "triton" and tri.decode_stack is None and not tri.cpu_paths
     assert {m.qweight.qtype for m in linears} >= set(SPECS[name].linear_types)
     batch, later = _prompts(seed=len(name))

@@ -1,0 +1,190 @@
+/* AVX2 kernels over the row-interleaved layouts of repack.c: 8 weight rows x every row of x, two at a time.
+
+   One 32-byte load gives four consecutive values of all eight rows; vpmaddubsw against x's four values broadcast
+   gives each row's two pair sums, which add up in int16 for as many steps as the type's values allow (Q4_K 8,
+   Q6_K 2, Q8_0 1) before vpmaddwd applies the rows' scales. Lanes are rows, so every pair's float operations are
+   the canonical arithmetic's (lexi_cpu.h), bit for bit the portable kernels' result on the file's own blocks.
+*/
+#if defined(__x86_64__) || defined(__i386__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#include <string.h>
+
+#include "repack.h"
+
+static inline __m256i bcast4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* 8 bytes (one per row) -> the int16 pairs (s, s) vpmaddwd wants, one per row. */
+static inline __m256i pairs_u8(const uint8_t *p) {
+    __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(x, _mm256_slli_epi32(x, 16));
+}
+
+static inline __m256 fp16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v); }
+
+#define KERNEL_BODY(C, PER_BLOCK)                                                                           \
+    for (int64_t c0 = 0; c0 < a->m; c0 += C) {                                                              \
+        if (c0 + C > a->m) break;                                                                           \
+        __m256 f[C];                                                                                        \
+        for (int c = 0; c < C; c++) f[c] = _mm256_setzero_ps();                                             \
+        PER_BLOCK(C)                                                                                        \
+        for (int c = 0; c < C; c++) _mm256_storeu_ps(acc + (c0 + c) * 8, f[c]);                             \
+    }
+
+/* ---- Q8_0: signed values, one step per vpmaddwd, no offsets ---- */
+#define Q8_0_BLOCKS(C)                                                                                      \
+    for (int64_t b = 0; b < k / 32; b++) {                                                                  \
+        const uint8_t *g = group + b * 272;                                                                 \
+        __m256i t[C];                                                                                       \
+        for (int c = 0; c < C; c++) t[c] = _mm256_setzero_si256();                                          \
+        for (int i = 0; i < 8; i++) {                                                                       \
+            __m256i w = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * i)), aw = _mm256_abs_epi8(w);    \
+            for (int c = 0; c < C; c++) {                                                                   \
+                __m256i x = bcast4(a->q + (c0 + c) * k + 32 * b + 4 * i);                                   \
+                __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));                               \
+                t[c] = _mm256_add_epi32(t[c], _mm256_madd_epi16(p, ones));                                  \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 D = fp16x8(g);                                                                               \
+        for (int c = 0; c < C; c++)                                                                         \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[c]),                                                \
+                                   _mm256_mul_ps(D, _mm256_set1_ps(a->d[(c0 + c) * (k / 32) + b])), f[c]);  \
+    }
+
+static void x8_q8_0(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    KERNEL_BODY(2, Q8_0_BLOCKS)
+    int64_t c0 = a->m & ~(int64_t)1;
+    if (c0 < a->m) {
+        __m256 f[1] = {_mm256_setzero_ps()};
+        Q8_0_BLOCKS(1)
+        _mm256_storeu_ps(acc + c0 * 8, f[0]);
+    }
+}
+
+/* ---- Q4_K: nibbles, 8 steps per vpmaddwd, 6-bit scales and mins ---- */
+#define Q4_K_BLOCKS(C)                                                                                      \
+    for (int64_t sb = 0; sb < k / 256; sb++) {                                                              \
+        const uint8_t *g = group + sb * 1184;                                                               \
+        __m256i t[C], os[C];                                                                                \
+        for (int c = 0; c < C; c++) t[c] = os[c] = _mm256_setzero_si256();                                  \
+        for (int t2 = 0; t2 < 4; t2++) {                                                                    \
+            __m256i hl[C], hh[C];                                                                           \
+            for (int i = 0; i < 8; i++) {                                                                   \
+                __m256i w = _mm256_loadu_si256((const __m256i *)(g + 160 + 32 * (8 * t2 + i)));             \
+                __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);   \
+                for (int c = 0; c < C; c++) {                                                               \
+                    const int8_t *q = a->q + (c0 + c) * k + 256 * sb + 64 * t2 + 4 * i;                     \
+                    __m256i pl = _mm256_maddubs_epi16(lo, bcast4(q));                                       \
+                    __m256i ph = _mm256_maddubs_epi16(hi, bcast4(q + 32));                                  \
+                    hl[c] = i ? _mm256_add_epi16(hl[c], pl) : pl;                                           \
+                    hh[c] = i ? _mm256_add_epi16(hh[c], ph) : ph;                                           \
+                }                                                                                           \
+            }                                                                                               \
+            __m256i slo = pairs_u8(g + 32 + 16 * t2), shi = pairs_u8(g + 32 + 16 * t2 + 8);                 \
+            __m256i mlo = pairs_u8(g + 96 + 16 * t2), mhi = pairs_u8(g + 96 + 16 * t2 + 8);                 \
+            for (int c = 0; c < C; c++) {                                                                   \
+                const int16_t *gs = a->g + (c0 + c) * (k / 16) + 16 * sb + 4 * t2;                          \
+                t[c] = _mm256_add_epi32(t[c], _mm256_add_epi32(_mm256_madd_epi16(hl[c], slo),               \
+                                                               _mm256_madd_epi16(hh[c], shi)));             \
+                os[c] = _mm256_add_epi32(os[c], _mm256_add_epi32(_mm256_madd_epi16(mlo, bcast4(gs)),        \
+                                                                 _mm256_madd_epi16(mhi, bcast4(gs + 2))));  \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 D = fp16x8(g), Dm = neg(fp16x8(g + 16));                                                     \
+        for (int c = 0; c < C; c++) {                                                                       \
+            __m256 d = _mm256_set1_ps(a->d[(c0 + c) * (k / 256) + sb]);                                     \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[c]), _mm256_mul_ps(D, d), f[c]);                    \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(os[c]), _mm256_mul_ps(Dm, d), f[c]);                  \
+        }                                                                                                   \
+    }
+
+static void x8_q4_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    KERNEL_BODY(2, Q4_K_BLOCKS)
+    int64_t c0 = a->m & ~(int64_t)1;
+    if (c0 < a->m) {
+        __m256 f[1] = {_mm256_setzero_ps()};
+        Q4_K_BLOCKS(1)
+        _mm256_storeu_ps(acc + c0 * 8, f[0]);
+    }
+}
+
+/* ---- Q6_K: 4 + 2 bits, 2 steps per vpmaddwd, int8 scales per 16 values, offsets 32 s ---- */
+static inline __m256i q6_values(__m256i l, __m256i h, int lshift, int hshift, __m256i m4, __m256i m2) {
+    __m256i lo = _mm256_and_si256(lshift ? _mm256_srli_epi16(l, 4) : l, m4);
+    __m256i hi = _mm256_and_si256(hshift ? _mm256_srli_epi16(h, hshift) : h, m2);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+#define Q6_K_BLOCKS(C)                                                                                      \
+    for (int64_t sb = 0; sb < k / 256; sb++) {                                                              \
+        const uint8_t *g = group + sb * 1680, *L = g + 144, *H = g + 144 + 1024;                            \
+        __m256i t[C], os[C];                                                                                \
+        for (int c = 0; c < C; c++) t[c] = os[c] = _mm256_setzero_si256();                                  \
+        for (int p = 0; p < 16; p += 2) {                                                                   \
+            /* steps p + 16j and p + 1 + 16j (j = 0..3) share group p / 4 + 4j */                           \
+            __m256i h4[4][C];                                                                               \
+            for (int e = 0; e < 2; e++) {                                                                   \
+                __m256i lp = _mm256_loadu_si256((const __m256i *)(L + 32 * (p + e)));                       \
+                __m256i lq = _mm256_loadu_si256((const __m256i *)(L + 32 * (p + e + 16)));                  \
+                __m256i hp = _mm256_loadu_si256((const __m256i *)(H + 32 * (p + e)));                       \
+                __m256i v[4] = {q6_values(lp, hp, 0, 0, m4, m2), q6_values(lq, hp, 0, 2, m4, m2),           \
+                                q6_values(lp, hp, 1, 4, m4, m2), q6_values(lq, hp, 1, 6, m4, m2)};          \
+                for (int c = 0; c < C; c++) {                                                               \
+                    const int8_t *q = a->q + (c0 + c) * k + 256 * sb + 4 * (p + e);                         \
+                    for (int j = 0; j < 4; j++) {                                                           \
+                        __m256i pj = _mm256_maddubs_epi16(v[j], bcast4(q + 64 * j));                        \
+                        h4[j][c] = e ? _mm256_add_epi16(h4[j][c], pj) : pj;                                 \
+                    }                                                                                       \
+                }                                                                                           \
+            }                                                                                               \
+            for (int j = 0; j < 4; j++) {                                                                   \
+                int grp = p / 4 + 4 * j;                                                                    \
+                __m256i sp = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g + 16 + 16 * (grp / 2)))); \
+                __m256i s = _mm256_shuffle_epi8(sp, (grp & 1) ? odd : even);                                \
+                for (int c = 0; c < C; c++) t[c] = _mm256_add_epi32(t[c], _mm256_madd_epi16(h4[j][c], s));  \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int u = 0; u < 8; u++) {                                                                       \
+            __m256i o = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g + 16 + 16 * u))), 5); \
+            for (int c = 0; c < C; c++)                                                                     \
+                os[c] = _mm256_add_epi32(os[c], _mm256_madd_epi16(o, bcast4(a->g + (c0 + c) * (k / 16) + 16 * sb + 2 * u))); \
+        }                                                                                                   \
+        __m256 D = fp16x8(g), Dm = neg(D);                                                                  \
+        for (int c = 0; c < C; c++) {                                                                       \
+            __m256 d = _mm256_set1_ps(a->d[(c0 + c) * (k / 256) + sb]);                                     \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[c]), _mm256_mul_ps(D, d), f[c]);                    \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(os[c]), _mm256_mul_ps(Dm, d), f[c]);                  \
+        }                                                                                                   \
+    }
+
+static void x8_q6_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    const __m256i even = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4,
+                                          5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i odd = _mm256_add_epi8(even, _mm256_set1_epi8(2));
+    KERNEL_BODY(2, Q6_K_BLOCKS)
+    int64_t c0 = a->m & ~(int64_t)1;
+    if (c0 < a->m) {
+        __m256 f[1] = {_mm256_setzero_ps()};
+        Q6_K_BLOCKS(1)
+        _mm256_storeu_ps(acc + c0 * 8, f[0]);
+    }
+}
+
+x8_kernel x8_kernel_avx2(int type) {
+    switch (type) {
+        case T_Q8_0: return x8_q8_0;
+        case T_Q4_K: return x8_q4_k;
+        case T_Q6_K: return x8_q6_k;
+        default: return NULL;
+    }
+}
+#endif

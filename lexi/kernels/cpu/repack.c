@@ -1,0 +1,117 @@
+/* Row-interleaved ("x8") layouts: the GGUF blocks of 8 rows rearranged so one 32-byte register holds four
+   consecutive values of all eight rows, the layout the AVX2 kernels of gemm_x8_avx2.c read without unpacking.
+
+   A lossless permutation of the file's bytes (Q4_K adds 32 bytes per 8 super-blocks: its 6-bit scales are kept
+   as bytes), built once at load. Rows are grouped by 8 (the last group padded with zero rows); a group's
+   blocks follow each other along k. Per group and block:
+     Q8_0 (32 values, 272 bytes): d[8] fp16 | steps i = 0..7: rows 0..7 x values 4i..4i+3 (int8)
+     Q4_K (256 values, 1184 bytes): d[8] | dmin[8] (fp16) | sc[8 sub-blocks][8 rows] | m[8][8] (6-bit, bytes) |
+           32 registers (t, i), t = 0..3, i = 0..7: row r's 4 bytes are the file's qs[32t + 4i .. +3], whose low
+           nibbles are values 64t + 4i + e and high nibbles values 64t + 32 + 4i + e
+     Q6_K (256 values, 1680 bytes): d[8] fp16 | sc[8 pairs u][8 rows][2] (int8: the scales of groups 2u, 2u+1) |
+           32 registers L_p: low nibble of byte (r, e) = low 4 bits of value 4p + e, high nibble = of value
+           128 + 4p + e | 16 registers H_p: bits 2j..2j+1 of byte (r, e) = high 2 bits of value 4(p + 16j) + e
+*/
+#include <string.h>
+
+#include "repack.h"
+
+static void copy_u16(uint8_t *dst, const uint8_t *src) { memcpy(dst, src, 2); }
+
+static void repack_q8_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
+    for (int64_t b = 0; b < nb; b++, dst += 272) {
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *p = rows[r] ? rows[r] + b * 34 : NULL;
+            if (!p) {
+                memset(dst + 2 * r, 0, 2);
+                for (int i = 0; i < 8; i++) memset(dst + 16 + 32 * i + 4 * r, 0, 4);
+                continue;
+            }
+            copy_u16(dst + 2 * r, p);
+            for (int i = 0; i < 8; i++) memcpy(dst + 16 + 32 * i + 4 * r, p + 2 + 4 * i, 4);
+        }
+    }
+}
+
+static void scale_min_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
+        m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+}
+
+static void repack_q4_k(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
+    for (int64_t sb = 0; sb < nb; sb++, dst += 1184) {
+        memset(dst, 0, 1184);
+        for (int r = 0; r < 8; r++) {
+            if (!rows[r]) continue;
+            const uint8_t *p = rows[r] + sb * 144;
+            copy_u16(dst + 2 * r, p);
+            copy_u16(dst + 16 + 2 * r, p + 2);
+            uint8_t sc[8], m[8];
+            scale_min_k4(p + 4, sc, m);
+            for (int t = 0; t < 8; t++) {
+                dst[32 + 8 * t + r] = sc[t];
+                dst[96 + 8 * t + r] = m[t];
+            }
+            for (int w = 0; w < 32; w++) memcpy(dst + 160 + 32 * w + 4 * r, p + 16 + 4 * w, 4);
+        }
+    }
+}
+
+/* Low 4 and high 2 bits of value v (0..255) of a Q6_K super-block at p (ggml's dequantize_row_q6_K). */
+static inline void q6_bits(const uint8_t *p, int v, uint8_t *lo4, uint8_t *hi2) {
+    int h = v / 128, w = v % 128, qd = w / 32, l = w % 32;
+    uint8_t q = p[64 * h + 32 * (qd & 1) + l];
+    *lo4 = qd < 2 ? (q & 15) : (q >> 4);
+    *hi2 = (p[128 + 32 * h + l] >> (2 * qd)) & 3;
+}
+
+static void repack_q6_k(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
+    for (int64_t sb = 0; sb < nb; sb++, dst += 1680) {
+        memset(dst, 0, 1680);
+        for (int r = 0; r < 8; r++) {
+            if (!rows[r]) continue;
+            const uint8_t *p = rows[r] + sb * 210;
+            copy_u16(dst + 2 * r, p + 208);
+            for (int u = 0; u < 8; u++) {
+                dst[16 + 16 * u + 2 * r] = p[192 + 2 * u];
+                dst[16 + 16 * u + 2 * r + 1] = p[192 + 2 * u + 1];
+            }
+            for (int s = 0; s < 64; s++) {
+                for (int e = 0; e < 4; e++) {
+                    uint8_t lo4, hi2;
+                    q6_bits(p, 4 * s + e, &lo4, &hi2);
+                    uint8_t *L = dst + 144 + 32 * (s % 32) + 4 * r + e;
+                    *L |= s < 32 ? lo4 : (uint8_t)(lo4 << 4);
+                    dst[144 + 1024 + 32 * (s % 16) + 4 * r + e] |= (uint8_t)(hi2 << (2 * (s / 16)));
+                }
+            }
+        }
+    }
+}
+
+const x8_layout *x8_lookup(int type) {
+    static const x8_layout q8_0 = {32, 272, repack_q8_0}, q4_k = {256, 1184, repack_q4_k};
+    static const x8_layout q6_k = {256, 1680, repack_q6_k};
+    switch (type) {
+        case T_Q8_0: return &q8_0;
+        case T_Q4_K: return &q4_k;
+        case T_Q6_K: return &q6_k;
+        default: return NULL;
+    }
+}
+
+int64_t x8_bytes(const x8_layout *l, int64_t n, int64_t k) { return (n + 7) / 8 * (k / l->block) * l->bytes; }
+
+void x8_repack_group(const x8_layout *l, const uint8_t *data, int64_t row_bytes, int64_t n, int64_t k, int64_t group,
+                     uint8_t *dst) {
+    const uint8_t *rows[8];
+    for (int r = 0; r < 8; r++) {
+        int64_t row = 8 * group + r;
+        rows[r] = row < n ? data + row * row_bytes : NULL;
+    }
+    l->repack(rows, k / l->block, dst + group * (k / l->block) * l->bytes);
+}

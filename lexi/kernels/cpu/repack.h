@@ -1,0 +1,19 @@
+/* The row-interleaved layouts (repack.c) and their kernels (gemm_x8_avx2.c). */
+#ifndef LEXI_REPACK_H
+#define LEXI_REPACK_H
+
+#include "lexi_cpu.h"
+
+typedef struct {
+    int block, bytes; /* values per block along k, bytes per block of an 8-row group */
+    void (*repack)(const uint8_t *const *rows, int64_t nb, uint8_t *dst); /* 8 rows (NULL: zero) -> a group */
+} x8_layout;
+
+const x8_layout *x8_lookup(int type); /* NULL: the type keeps the file's layout */
+int64_t x8_bytes(const x8_layout *l, int64_t n, int64_t k);
+/* Group `group` (rows 8g..8g+7) of the (n x k) weight at `data` into its place in `dst`. */
+void x8_repack_group(const x8_layout *l, const uint8_t *data, int64_t row_bytes, int64_t n, int64_t k, int64_t group,
+                     uint8_t *dst);
+
+
+#endif
