@@ -43,7 +43,8 @@ from device_kernels import (
 )
 
 HERE = Path(__file__).resolve().parent
-TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_NL", "IQ4_XS", "MXFP4"]  # fmt: skip
 
 
 class Report:
@@ -86,7 +87,7 @@ def _rows(rows: list[dict], keys: list[str]) -> list[list[str]]:
 def _config(dry_run: bool) -> dict:
     if dry_run:  # the same code paths on tiny shapes: minutes of interpreter, not hours
         return dict(device="cpu", dtype="float16", check_dtypes=["float32"],
-                    types=["F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K"], nk=(64, 256), ms=(1, 4, 16, 40), workers=2,
+                    types=["F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K", "MXFP4"], nk=(64, 256), ms=(1, 4, 16, 40), workers=2,
                     model_dtypes=["float32"], model_vocab=1024,
                     batches=(2,), contexts=(64,), heads=(4, 2, 64), prefill=[(1, 32)], serve_shape="tiny-llama",
                     serve_vocab=1024, streams=(1, 2), prompt_words=8, max_tokens=3, copy_bytes=1 << 24,
