@@ -14,6 +14,7 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
+from gguf_blocks import random_blocks
 
 from lexi.kernels.qmatmul import QMATMUL_TYPES, QuantWeight, choose_variant, qmatmul, qmatmul_ref
 from lexi.kernels.qmatmul_gemm import qmatmul_gemm
@@ -25,12 +26,6 @@ TYPES = [
     Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
     Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4,
 ]  # fmt: skip
-# Byte offsets of the fp16 fields of each block type: they get finite values, every other byte is random.
-F16_FIELDS = {
-    Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
-    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
-    Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: [],
-}  # fmt: skip
 RTOL = 1e-3
 
 
@@ -39,14 +34,7 @@ def random_weight(qtype: GGMLQuantizationType, n: int, k: int, seed: int) -> Qua
     gen = torch.Generator().manual_seed(seed)
     if qtype in (Q.F32, Q.F16, Q.BF16):
         return QuantWeight.from_float(torch.randn(n, k, generator=gen), qtype)
-    block_size, type_size = GGML_QUANT_SIZES[qtype]
-    blocks = torch.randint(0, 256, (n * k // block_size, type_size), dtype=torch.uint8, generator=gen)
-    for off in F16_FIELDS[qtype]:
-        d = (torch.rand(blocks.shape[0], generator=gen) * 2 - 1).to(torch.float16)
-        blocks[:, off : off + 2] = d.view(torch.uint8).reshape(-1, 2)
-    if qtype == Q.MXFP4:  # the E8M0 scale byte: 2^-10 to 2^1, the range of real weights' block scales
-        blocks[:, 0] = torch.randint(118, 130, (blocks.shape[0],), dtype=torch.uint8, generator=gen)
-    return QuantWeight(qtype, (n, k), blocks.reshape(n, -1))
+    return QuantWeight(qtype, (n, k), random_blocks(qtype, n * k, gen).reshape(n, -1))
 
 
 def shape_for(qtype: GGMLQuantizationType) -> tuple[int, int, int]:
