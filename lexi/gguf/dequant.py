@@ -175,10 +175,16 @@ KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69
 KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
 
-def _lookup(values: tuple[int, ...], index: torch.Tensor) -> torch.Tensor:
-    """float32 values[index] for a uint8 index tensor (a uint8 index would be read as a boolean mask)."""
-    table = torch.tensor(values, dtype=torch.float32, device=index.device)
-    return table[index.to(torch.int64)]
+def _lookup_nibbles(values: tuple[int, ...], qs: torch.Tensor, group: int) -> torch.Tensor:
+    """Bytes (n, g*group) -> float32 (n, g, 2, group): values[low nibble] of each group of `group` bytes, then
+    values[high nibble] (the order of `_nibbles`). One lookup per byte in a 256-entry table of value pairs, not
+    one per nibble after shifting them out: IQ4_NL went from 22 to 126 M elements/s (2 cores, load 2)."""
+    n = qs.shape[0]
+    table = torch.tensor(values, dtype=torch.float32, device=qs.device)
+    byte = torch.arange(256, device=qs.device)
+    pairs = torch.stack([table[byte & 15], table[byte >> 4]], dim=1)  # (256, 2): low nibble's value, high's
+    v = pairs.index_select(0, qs.reshape(-1).to(torch.int32)).view(n, -1, group, 2)
+    return v.transpose(-1, -2)
 
 
 def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
@@ -191,7 +197,7 @@ def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
 
 def _dq_iq4_nl(b: torch.Tensor, out: torch.Tensor) -> None:
     n = b.shape[0]
-    out.copy_(_lookup(KVALUES_IQ4NL, _nibbles(b[:, 2:18], 16).reshape(n, 32)))
+    out.view(n, 1, 2, 16).copy_(_lookup_nibbles(KVALUES_IQ4NL, b[:, 2:18], 16))
     out.mul_(_f16(b[:, 0:2]))
 
 
@@ -203,14 +209,13 @@ def _dq_iq4_xs(b: torch.Tensor, out: torch.Tensor) -> None:
     high = (scales_h.reshape(n, 1) >> torch.arange(0, 16, 2, dtype=torch.int32, device=b.device)) & 3
     low = _nibbles(b[:, 4:8], 1).reshape(n, 8).to(torch.int32)
     dl = (d * ((low | (high << 4)) - 32).to(torch.float32)).reshape(n, 8, 1)
-    o = out.view(n, 8, 32)
-    o.copy_(_lookup(KVALUES_IQ4NL, _nibbles(b[:, 8:136], 16).reshape(n, 8, 32)))
-    o.mul_(dl)
+    out.view(n, 8, 2, 16).copy_(_lookup_nibbles(KVALUES_IQ4NL, b[:, 8:136], 16))
+    out.view(n, 8, 32).mul_(dl)
 
 
 def _dq_mxfp4(b: torch.Tensor, out: torch.Tensor) -> None:
     n = b.shape[0]
-    out.copy_(_lookup(KVALUES_MXFP4, _nibbles(b[:, 1:17], 16).reshape(n, 32)))
+    out.view(n, 1, 2, 16).copy_(_lookup_nibbles(KVALUES_MXFP4, b[:, 1:17], 16))
     out.mul_(_e8m0_half(b[:, 0:1]))
 
 
