@@ -127,7 +127,7 @@ def moe_matmul(
     """One grouped projection into `out` (T * k, N): row a = x[a // rows_per_x] @ W_e^T (+ bias), gated with
     `second` through `activation` when given, times route_weights[a] when given. Shapes are the caller's to check
     (fused_moe_triton does)."""
-    n_experts, n, k = w.shape
+    _, n, k = w.shape
     wv = w.kernel_view()
     second_view = wv if second is None else second.kernel_view()
     b1 = bias if bias is not None else out
