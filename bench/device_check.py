@@ -13,7 +13,10 @@ OUT/device_check.md (tables) and OUT/device_check.json (raw figures) as soon as 
      TFLOP/s at M = 2048 (vs torch.matmul in bf16 on the dequantized weight);
   6. paged decode attention: GB/s of K/V read, batch 16 and 64, context 2k to 32k (Llama-3-8B's heads);
      prefill attention: TFLOP/s of the causal work, vs torch's scaled_dot_product_attention on the same shapes;
-  7. serving: a synthetic Llama-3-8B (bench/synth_gguf.py) behind `lexi-engine serve`, 1, 16 and 64 streams.
+  7. fused MoE (bench/device_moe.py): a Qwen3-30B-A3B-like layer (128 experts, top-8, Q4_K/Q6_K) and a
+     gpt-oss-20b-like one (32 experts, top-4, MXFP4, biases): against the reference, decode GB/s of the chosen
+     experts' bytes (T = 1, 4, 16) and prefill TFLOP/s (T = 2048) against dense bf16 torch.matmul;
+  8. serving: a synthetic Llama-3-8B (bench/synth_gguf.py) behind `lexi-engine serve`, 1, 16 and 64 streams.
 
 A deadline (--budget, seconds) trims later sections rather than overrunning the lease. Exit status 1 if any
 check failed. `--dry-run` runs the same code on the CPU with tiny shapes under Triton's interpreter (fp16
@@ -31,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import device_moe
 from device_kernels import (
     TOL,
     attention_checks,
@@ -43,7 +47,8 @@ from device_kernels import (
 )
 
 HERE = Path(__file__).resolve().parent
-TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_NL", "IQ4_XS", "MXFP4"]  # fmt: skip
 
 
 class Report:
@@ -86,19 +91,20 @@ def _rows(rows: list[dict], keys: list[str]) -> list[list[str]]:
 def _config(dry_run: bool) -> dict:
     if dry_run:  # the same code paths on tiny shapes: minutes of interpreter, not hours
         return dict(device="cpu", dtype="float16", check_dtypes=["float32"],
-                    types=["F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K"], nk=(64, 256), ms=(1, 4, 16, 40), workers=2,
+                    types=["F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K", "MXFP4"], nk=(64, 256), ms=(1, 4, 16, 40), workers=2,
                     model_dtypes=["float32"], model_vocab=1024,
                     batches=(2,), contexts=(64,), heads=(4, 2, 64), prefill=[(1, 32)], serve_shape="tiny-llama",
                     serve_vocab=1024, streams=(1, 2), prompt_words=8, max_tokens=3, copy_bytes=1 << 24,
                     serve_args=["--kernels", "triton", "--dtype", "float32", "--parallel", "2", "--ctx-size", "64",
-                                "--batch-size", "32"], serve_timeout=120.0)  # fmt: skip
+                                "--batch-size", "32"], serve_timeout=120.0, moe_layers=device_moe.DRY_LAYERS,
+                    moe_tokens=(1, 4, 40))  # fmt: skip
     return dict(device="cuda", dtype="bfloat16", check_dtypes=["bfloat16", "float32"], types=TYPES, nk=(14336, 4096),
                 ms=(1, 4, 16, 2048), workers=8, model_dtypes=["bfloat16", "float32"], model_vocab=49152,
                 batches=(16, 64), contexts=(2048, 8192, 32768), heads=(32, 8, 128),
                 prefill=[(1, 4096), (4, 2048), (16, 512)], serve_shape="llama3-8b", serve_vocab=None,
                 streams=(1, 16, 64), prompt_words=200, max_tokens=128, copy_bytes=1 << 30,
                 serve_args=["--kernels", "auto", "--parallel", "64", "--ctx-size", "1024", "--batch-size", "4096"],
-                serve_timeout=240.0)  # fmt: skip
+                serve_timeout=240.0, moe_layers=device_moe.LAYERS, moe_tokens=(1, 4, 16, 2048))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         ("model_check", "Whole model: --kernels triton against reference (teacher-forced logits)", model_section),
         ("qmatmul_timing", "qmatmul speed", qmatmul_timing_section),
         ("attention_timing", "Paged attention speed", attention_timing_section),
+        ("moe", "Fused MoE", moe_section),
         ("serve", "Serving", serve_section),
     ]
     for key, title, fn in sections:
@@ -238,6 +245,30 @@ def attention_timing_section(report: Report, cfg: dict, state: dict):
             "Prefill (fresh prompts, causal): TFLOP/s of 4 H D n(n+1)/2 per sequence; torch SDPA on the same shapes is "
             f"the peer\n\n{pre_table}")  # fmt: skip
     return text, {"decode": dec, "prefill": pre}
+
+
+def moe_section(report: Report, cfg: dict, state: dict):
+    # Its compiles and runs take about a minute; the serving section after it needs 150 s.
+    if report.left() < (0 if state["dry_run"] else 240):
+        return f"skipped: {report.left():.0f} s of the budget left", None
+    dtype = cfg["dtype"]
+    rows = device_moe.moe_rows(cfg["device"], dtype, cfg["moe_layers"], cfg["moe_tokens"], state["copy_gbs"],
+                               TOL[dtype])  # fmt: skip
+    report.failures += [f"moe {r['layer']} T={r['T']}" for r in rows if not r["ok"]]
+    for r in rows:  # GB/s is the decode figure, TFLOP/s the prefill one
+        if r["variant"] == "gemm":
+            r["gbs"] = r["pct_copy"] = "-"
+        else:
+            r["tflops"] = r["tflops_dense"] = "-"
+    keys = ["layer", "T", "variant", "experts", "MB", "us", "gbs", "pct_copy", "tflops", "tflops_dense", "rel_err",
+            "ok"]  # fmt: skip
+    heads = ["layer", "tokens", "variant", "experts used", "their MB", "us", "GB/s", "% of copy", "TFLOP/s",
+             f"torch {dtype} dense TFLOP/s", "rel err", "ok"]  # fmt: skip
+    layers = "; ".join(f"{m.name}: {m.experts} experts, top-{m.top_k}, dim {m.dim}, ffn {m.ffn}, {'/'.join(m.types)}, "
+                       f"{m.activation}{', biases' if m.biases else ''}" for m in cfg["moe_layers"])  # fmt: skip
+    text = (f"{dtype} activations; {layers}. GB/s = bytes of the chosen experts' gate, up and down weights / time; "
+            f"TFLOP/s of 2 T k 3 D F; rel err against the fp32 reference (tolerance {TOL[dtype]})")  # fmt: skip
+    return f"{text}\n\n{table(heads, _rows(rows, keys))}", rows
 
 
 def serve_section(report: Report, cfg: dict, state: dict):

@@ -23,9 +23,12 @@ from pathlib import Path
 import torch
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (151936, 1024)]
-TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_NL", "IQ4_XS", "MXFP4"]  # fmt: skip
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-              "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}  # fmt: skip
+              "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0],
+              "MXFP4": []}  # fmt: skip
+MXFP4_SCALE_BYTES = (110, 119)  # E8M0 block scales 2^-18 to 2^-10: weights of ~1e-3, like the fp16 scales above
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
@@ -43,6 +46,8 @@ def random_weight(qtype_name: str, n: int, k: int, device: str):
     for off in F16_FIELDS[qtype_name]:
         d = ((torch.rand(blocks.shape[0], device=device) * 2 - 1) * 1e-3).to(torch.float16)
         blocks[:, off : off + 2] = d.view(torch.uint8).reshape(-1, 2)
+    if qtype_name == "MXFP4":
+        blocks[:, 0] = torch.randint(*MXFP4_SCALE_BYTES, (blocks.shape[0],), dtype=torch.uint8, device=device)
     return QuantWeight(qtype, (n, k), blocks.reshape(n, -1))
 
 

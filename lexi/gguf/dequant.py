@@ -168,6 +168,57 @@ def _dq_q6_k(b: torch.Tensor, out: torch.Tensor) -> None:
     o.mul_(dl)
 
 
+# The 16 values a 4-bit index selects: IQ4_NL's non-linear grid (IQ4_XS shares it), and MXFP4's E2M1 values
+# doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times 2, so they are integers; the E8M0 scale is
+# halved to match: ggml's kvalues_mxfp4 and ggml_e8m0_to_fp32_half).
+KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def _lookup_nibbles(values: tuple[int, ...], qs: torch.Tensor, group: int) -> torch.Tensor:
+    """Bytes (n, g*group) -> float32 (n, g, 2, group): values[low nibble] of each group of `group` bytes, then
+    values[high nibble] (the order of `_nibbles`). One lookup per byte in a 256-entry table of value pairs, not
+    one per nibble after shifting them out: IQ4_NL went from 22 to 126 M elements/s (2 cores, load 2)."""
+    n = qs.shape[0]
+    table = torch.tensor(values, dtype=torch.float32, device=qs.device)
+    byte = torch.arange(256, device=qs.device)
+    pairs = torch.stack([table[byte & 15], table[byte >> 4]], dim=1)  # (256, 2): low nibble's value, high's
+    v = pairs.index_select(0, qs.reshape(-1).to(torch.int32)).view(n, -1, group, 2)
+    return v.transpose(-1, -2)
+
+
+def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
+    """(n, 1) E8M0 exponent bytes -> float32 2^(e - 128), built from its bits as ggml does: e < 2 are the
+    subnormals 2^-128 and 2^-127, which no float32 exponent field holds."""
+    e = e.to(torch.int32)
+    bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e, (e - 1) << 23)
+    return bits.view(torch.float32)
+
+
+def _dq_iq4_nl(b: torch.Tensor, out: torch.Tensor) -> None:
+    n = b.shape[0]
+    out.view(n, 1, 2, 16).copy_(_lookup_nibbles(KVALUES_IQ4NL, b[:, 2:18], 16))
+    out.mul_(_f16(b[:, 0:2]))
+
+
+def _dq_iq4_xs(b: torch.Tensor, out: torch.Tensor) -> None:
+    n = b.shape[0]
+    d = _f16(b[:, 0:2])
+    # Sub-block ib's 6-bit scale: a nibble of scales_l (byte 4 + ib / 2) and 2 bits of the u16 scales_h (bytes 2-3).
+    scales_h = b[:, 2].to(torch.int32) | (b[:, 3].to(torch.int32) << 8)
+    high = (scales_h.reshape(n, 1) >> torch.arange(0, 16, 2, dtype=torch.int32, device=b.device)) & 3
+    low = _nibbles(b[:, 4:8], 1).reshape(n, 8).to(torch.int32)
+    dl = (d * ((low | (high << 4)) - 32).to(torch.float32)).reshape(n, 8, 1)
+    out.view(n, 8, 2, 16).copy_(_lookup_nibbles(KVALUES_IQ4NL, b[:, 8:136], 16))
+    out.view(n, 8, 32).mul_(dl)
+
+
+def _dq_mxfp4(b: torch.Tensor, out: torch.Tensor) -> None:
+    n = b.shape[0]
+    out.view(n, 1, 2, 16).copy_(_lookup_nibbles(KVALUES_MXFP4, b[:, 1:17], 16))
+    out.mul_(_e8m0_half(b[:, 0:1]))
+
+
 def _dq_bf16(b: torch.Tensor, out: torch.Tensor) -> None:
     out.copy_(b.contiguous().view(torch.bfloat16).reshape(out.shape))
 
@@ -184,6 +235,9 @@ _BLOCK_DEQUANT: dict[GGMLQuantizationType, Callable[[torch.Tensor, torch.Tensor]
     Q.Q4_K: _dq_q4_k,
     Q.Q5_K: _dq_q5_k,
     Q.Q6_K: _dq_q6_k,
+    Q.IQ4_NL: _dq_iq4_nl,
+    Q.IQ4_XS: _dq_iq4_xs,
+    Q.MXFP4: _dq_mxfp4,
 }
 
 DEQUANT_TYPES: frozenset[GGMLQuantizationType] = frozenset({Q.F32, Q.F16, *_BLOCK_DEQUANT})

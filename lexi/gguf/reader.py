@@ -26,8 +26,9 @@ SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 
 _T = GGMLQuantizationType
 SUPPORTED_TENSOR_TYPES: frozenset[GGMLQuantizationType] = frozenset(
-    {_T.F32, _T.F16, _T.BF16, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q8_0, _T.Q2_K, _T.Q3_K, _T.Q4_K, _T.Q5_K, _T.Q6_K}
-)
+    {_T.F32, _T.F16, _T.BF16, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q8_0, _T.Q2_K, _T.Q3_K, _T.Q4_K, _T.Q5_K, _T.Q6_K,
+     _T.IQ4_NL, _T.IQ4_XS, _T.MXFP4}
+)  # fmt: skip
 _SUPPORTED_VERSIONS = (2, 3)
 _MIN_HEADER = 24  # magic, version, tensor count, kv count
 

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
 Q = GGMLQuantizationType
 QMATMUL_TYPES: frozenset[GGMLQuantizationType] = frozenset(
-    {Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K}
-)
+    {Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL,
+     Q.IQ4_XS, Q.MXFP4}
+)  # fmt: skip
 _FLOAT_DTYPES = {Q.F32: torch.float32, Q.F16: torch.float16, Q.BF16: torch.bfloat16}
 Variant = Literal["ref", "gemv", "gemm"]
 GEMV_MAX_M = 16  # decode batches up to this many rows stream the weight once; larger ones are GEMMs

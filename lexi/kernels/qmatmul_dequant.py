@@ -14,6 +14,14 @@ bytes, back to back, `row_bytes = K / BS * TS` (ggml-common.h layouts; little-en
     Q4_K  256/144  d@0 dmin@2 scales[12]@4 qs[128]@16                   d*sc(j/32) * q4 - dmin*mn(j/32)
     Q5_K  256/176  d@0 dmin@2 scales[12]@4 qh[32]@16 qs[128]@48         d*sc * (q4 | hbit << 4) - dmin*mn
     Q6_K  256/210  ql[128]@0 qh[64]@128 int8 scales[16]@192 d@208      d*scales[j/16] * ((q4 | q2 << 4) - 32)
+    IQ4_NL 32/18   d@0 qs[16]@2                                         d * kv_nl[nib(qs[j%16], j/16)]
+    IQ4_XS 256/136 d@0 scales_h(u16)@2 scales_l[4]@4 qs[128]@8         d*(s6(j/32)-32) * kv_nl[q4], q4 as Q4_0's
+                                                                        in sub-block j/32's 16 bytes
+    MXFP4 32/17    e(E8M0)@0 qs[16]@1                                   2^(e-128) * kv_e2m1x2[nib(qs[j%16], j/16)]
+
+kv_nl is IQ4_NL's 16-value int8 grid and kv_e2m1x2 the E2M1 values doubled (ggml's kvalues_iq4nl and
+kvalues_mxfp4). Both are computed without a table in memory (there is no constant memory to put one in
+from Triton): kv_nl from four int32 words that pack its magnitudes, kv_e2m1x2 from its bits.
 
 F32 / F16 / BF16 weights are plain (N, K) matrices of that dtype. Every element of the tile computes its
 own byte addresses (block kb = k / BS, position j = k % BS), so any BLOCK_K works and ragged K/N edges
@@ -42,6 +50,21 @@ Q3_K: tl.constexpr = tl.constexpr(int(Q.Q3_K))
 Q4_K: tl.constexpr = tl.constexpr(int(Q.Q4_K))
 Q5_K: tl.constexpr = tl.constexpr(int(Q.Q5_K))
 Q6_K: tl.constexpr = tl.constexpr(int(Q.Q6_K))
+IQ4_NL: tl.constexpr = tl.constexpr(int(Q.IQ4_NL))
+IQ4_XS: tl.constexpr = tl.constexpr(int(Q.IQ4_XS))
+MXFP4: tl.constexpr = tl.constexpr(int(Q.MXFP4))
+
+
+def _pack4(values: tuple[int, ...]) -> tl.constexpr:
+    """Four magnitudes below 128, little-endian in one int32 word (so the word itself is a positive int32)."""
+    return tl.constexpr(sum(abs(v) << (8 * i) for i, v in enumerate(values)))
+
+
+# IQ4_NL's grid (lexi.gguf.dequant.KVALUES_IQ4NL): codes 0-7 negative, 8-15 positive, four to a word.
+_NL_W0 = _pack4((-127, -104, -83, -65))
+_NL_W1 = _pack4((-49, -35, -22, -10))
+_NL_W2 = _pack4((1, 13, 25, 38))
+_NL_W3 = _pack4((53, 69, 89, 113))
 
 
 @triton.jit
@@ -77,6 +100,32 @@ def _scale_min_k4(sc_ptr, sb, mask):
 
 
 @triton.jit
+def _iq4nl_value(q):
+    """IQ4_NL's grid value of each 4-bit code q (int32): byte q % 4 of the word q / 4, negated for q < 8."""
+    word = tl.where(q < 8, tl.where(q < 4, _NL_W0, _NL_W1), tl.where(q < 12, _NL_W2, _NL_W3))
+    mag = (word >> ((q & 3) * 8)) & 0xFF
+    return tl.where(q < 8, -mag, mag)
+
+
+@triton.jit
+def _e2m1_doubled(q):
+    """Twice the E2M1 value of each 4-bit code q: magnitudes 0, 1, 2, 3, then (2 | m) << (e - 1) for the
+    exponent e = (q & 7) >> 1 >= 2 and mantissa bit m, so 4, 6, 8, 12; bit 3 is the sign."""
+    mag = q & 7
+    big = (2 + (mag & 1)) << tl.maximum((mag >> 1) - 1, 0)
+    v = tl.where(mag < 4, mag, big)
+    return tl.where(q >= 8, -v, v)
+
+
+@triton.jit
+def _e8m0_half(e):
+    """fp32 2^(e - 128) of an E8M0 byte e (int32), built from its bits as ggml_e8m0_to_fp32_half does: bytes 0
+    and 1 are the subnormals 2^-128 and 2^-127 (mantissa bit 21 + e), the rest have the exponent field e - 1."""
+    bits = tl.where(e < 2, (e * 0 + 0x00200000) << e, (e - 1) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
     """fp32 tile W[offs_n, offs_k] of shape (len(offs_n), len(offs_k)); zero outside (N, K)."""
     n = offs_n[:, None]
@@ -84,8 +133,8 @@ def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
     mask = (n < N) & (k < K)
     # 64-bit row offsets: a 262144 x 2560 F16 embedding is past 2^31 bytes.
     row = w_ptr + n.to(tl.int64) * stride_wn
-    # GGML ids: F32 0, F16 1, Q4_0..Q8_0 2-8, Q2_K..Q6_K 10-14, BF16 30. Range tests, because Triton's
-    # code generator refuses chained `or` (the interpreter would accept it).
+    # GGML ids: F32 0, F16 1, Q4_0..Q8_0 2-8, Q2_K..Q6_K 10-14, IQ4_NL 20, IQ4_XS 23, BF16 30, MXFP4 39. Range
+    # tests, because Triton's code generator refuses chained `or` (the interpreter would accept it).
     if QTYPE == BF16 or QTYPE < Q4_0:
         w = tl.load(row + k, mask=mask, other=0.0).to(tl.float32)
     elif QTYPE < Q2_K:
@@ -111,7 +160,7 @@ def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
         else:
             blk = row + (k // 32) * 34
             w = _i8(blk + 2 + j, mask).to(tl.float32) * _f16(blk, mask)
-    else:
+    elif QTYPE <= Q6_K:
         j = k % 256
         if QTYPE == Q2_K:
             blk = row + (k // 256) * 84
@@ -154,4 +203,24 @@ def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
             q = (lo | (hi << 4)) - 32
             dl = _f16(blk + 208, mask) * _i8(blk + 192 + j // 16, mask).to(tl.float32)
             w = dl * q.to(tl.float32)
+    elif QTYPE == IQ4_NL:
+        j = k % 32
+        blk = row + (k // 32) * 18
+        q = (_u8(blk + 2 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        w = _iq4nl_value(q).to(tl.float32) * _f16(blk, mask)
+    elif QTYPE == IQ4_XS:
+        j = k % 256
+        blk = row + (k // 256) * 136
+        ib = j // 32  # 6-bit scale: nibble ib % 2 of scales_l[ib / 2], bits 2 (ib % 4) of byte ib / 4 of scales_h
+        sl = (_u8(blk + 4 + ib // 2, mask) >> ((ib % 2) * 4)) & 15
+        sh = (_u8(blk + 2 + ib // 4, mask) >> ((ib % 4) * 2)) & 3
+        dl = _f16(blk, mask) * ((sl | (sh << 4)) - 32).to(tl.float32)
+        q = (_u8(blk + 8 + ib * 16 + (j % 16), mask) >> (((j % 32) // 16) * 4)) & 15
+        w = dl * _iq4nl_value(q).to(tl.float32)
+    else:
+        tl.static_assert(QTYPE == MXFP4, "unsupported GGML type id")
+        j = k % 32
+        blk = row + (k // 32) * 17  # 17-byte blocks: every field is a byte, so no alignment is assumed
+        q = (_u8(blk + 1 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        w = _e2m1_doubled(q).to(tl.float32) * _e8m0_half(_u8(blk, mask))
     return tl.where(mask, w, 0.0)

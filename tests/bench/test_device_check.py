@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["environment", "qmatmul_check", "attention_check", "model_check", "qmatmul_timing", "attention_timing",
-            "serve", "summary"]  # fmt: skip
+            "moe", "serve", "summary"]  # fmt: skip
 
 
 def test_device_check_dry_run(tmp_path):
@@ -33,6 +33,9 @@ def test_device_check_dry_run(tmp_path):
     assert {r["type"] for r in checks} >= {"Q4_K", "Q6_K"} and all(r["ok"] for r in checks)
     assert {r["variant"] for r in checks} == {"gemv", "gemm"}
     assert all(r["ok"] for r in data["attention_check"] + data["model_check"])
+    moe = data["moe"]
+    assert {r["layer"] for r in moe} == {"tiny-qwen3moe", "tiny-gpt-oss"} and all(r["ok"] for r in moe)
+    assert {r["variant"] for r in moe} == {"gemv", "gemm"}
     served = data["serve"]
     assert [r["streams"] for r in served] == [1, 2] and all(r["ok"] == r["streams"] for r in served)
     assert all(r["tokens"] == 3 * r["streams"] and r["ttft_p50_s"] > 0 for r in served)

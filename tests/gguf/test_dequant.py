@@ -11,7 +11,9 @@ from gguf.quants import dequantize as gguf_dequantize
 from lexi.gguf.dequant import DEQUANT_TYPES, dequantize, dequantize_blocks, dequantize_tensor
 
 Q = GGMLQuantizationType
-BLOCK_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+BLOCK_TYPES = [
+    Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4,
+]  # fmt: skip
 
 
 def random_blocks(qtype: GGMLQuantizationType, rows: int, cols: int, seed: int) -> np.ndarray:
@@ -36,6 +38,9 @@ def random_blocks(qtype: GGMLQuantizationType, rows: int, cols: int, seed: int) 
         Q.Q4_K: [0, 2],
         Q.Q5_K: [0, 2],
         Q.Q6_K: [208],
+        Q.IQ4_NL: [0],
+        Q.IQ4_XS: [0],
+        Q.MXFP4: [],  # its scale is one E8M0 byte: every value is a valid power of two
     }[qtype]
     keep = np.zeros(type_size, bool)
     for off in f16_at:
@@ -52,7 +57,8 @@ def random_blocks(qtype: GGMLQuantizationType, rows: int, cols: int, seed: int) 
 def test_block_types_bit_exact(qtype):
     rows, cols = 7, 2 * GGML_QUANT_SIZES[qtype][0] * (4 if GGML_QUANT_SIZES[qtype][0] == 32 else 1)
     data = random_blocks(qtype, rows, cols, seed=int(qtype))
-    want = gguf_dequantize(data, qtype)
+    with np.errstate(over="ignore"):  # random MXFP4 scales reach 2^127: 12 * 2^127 is inf in gguf-py and here
+        want = gguf_dequantize(data, qtype)
     got = dequantize(torch.from_numpy(data), qtype, (rows, cols))
     assert got.dtype == torch.float32 and got.shape == (rows, cols)
     diff = np.flatnonzero(got.numpy().view(np.uint32) != want.view(np.uint32))
@@ -82,6 +88,31 @@ def test_every_k_subblock_scale(qtype):
     data[3, scale_slice] = 0x3F
     want = gguf_dequantize(data, qtype)
     got = dequantize_blocks(torch.from_numpy(data), qtype).numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_mxfp4_every_exponent():
+    """All 256 E8M0 scale bytes, each with all 16 E2M1 codes: the subnormal scales (bytes 0 and 1, which ggml
+    builds from bits), the largest (2^127, where 12 * 2^127 overflows to inf in both), and every code's sign."""
+    blocks = np.zeros((256, 17), np.uint8)
+    blocks[:, 0] = np.arange(256)
+    blocks[:, 1:9] = np.arange(16, dtype=np.uint8)[0::2] | (np.arange(16, dtype=np.uint8)[1::2] << 4)
+    blocks[:, 9:17] = np.arange(16, dtype=np.uint8)[::-1][0::2] | (np.arange(16, dtype=np.uint8)[::-1][1::2] << 4)
+    with np.errstate(over="ignore"):
+        want = gguf_dequantize(blocks, Q.MXFP4)
+    got = dequantize_blocks(torch.from_numpy(blocks), Q.MXFP4).numpy()
+    assert np.isinf(want).any() and (want[:2] != 0).any()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_iq4_xs_every_subblock_scale():
+    """IQ4_XS: each sub-block's 6-bit scale is a nibble of scales_l and 2 bits of the 16-bit scales_h; blocks whose
+    scale bytes are all ones, all zeros, and alternating patterns put the high bits of every sub-block to use."""
+    data = random_blocks(Q.IQ4_XS, 8, 256, seed=5).reshape(-1, 136)
+    for i, pattern in enumerate((0xFF, 0x00, 0xAA, 0x55, 0x0F, 0xF0)):
+        data[i, 2:8] = pattern
+    want = gguf_dequantize(data, Q.IQ4_XS)
+    got = dequantize_blocks(torch.from_numpy(data), Q.IQ4_XS).numpy()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -137,7 +168,7 @@ def test_refuses_bad_input():
         dequantize(data, Q.Q4_0, (64,))
     with pytest.raises(ValueError, match="whole number"):
         dequantize(data, Q.Q4_0, (31,))
-    assert Q.Q4_K in DEQUANT_TYPES and Q.IQ2_XXS not in DEQUANT_TYPES
+    assert {Q.Q4_K, Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4} <= DEQUANT_TYPES and Q.IQ2_XXS not in DEQUANT_TYPES
     with pytest.raises(ValueError, match="IQ2_XXS"):
         dequantize(data, Q.IQ2_XXS, (256,))
 

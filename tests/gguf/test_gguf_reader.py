@@ -79,6 +79,33 @@ def test_tensors_are_read_only_maps_in_pytorch_order(tiny):
     assert f.tensors["q4.weight"].data.shape == (4, 36)
 
 
+def test_moe_and_iquant_types_read_back(tmp_path):
+    """A 3-D MXFP4 expert tensor (gguf-py's own quantizer, as converters write gpt-oss) and IQ4_NL / IQ4_XS blocks
+    read back in PyTorch order, byte for byte, and dequantize as gguf-py dequantizes them."""
+    from lexi.gguf.dequant import dequantize_tensor
+
+    rng = np.random.default_rng(1)
+    experts = rng.standard_normal((4, 8, 64)).astype(np.float32)  # (n_expert, n_ff, n_embd)
+    tensors = {"blk.0.ffn_gate_exps.weight": (gguf.quants.quantize(experts, T.MXFP4), T.MXFP4)}
+    for qtype, (rows, size) in {T.IQ4_NL: (3, 18), T.IQ4_XS: (2, 136)}.items():
+        blocks = rng.integers(0, 256, (rows * 2, size), dtype=np.uint8)
+        blocks[:, 0:2] = rng.random(rows * 2).astype(np.float16).view(np.uint8).reshape(-1, 2)  # finite fp16 d
+        tensors[f"{qtype.name.lower()}.weight"] = (blocks.reshape(rows, 2 * size), qtype)
+    path = write_gguf(tmp_path / "types.gguf", tensors=tensors)
+    f = read_gguf(path)
+    assert {info.qtype for info in f.tensors.values()} == {T.MXFP4, T.IQ4_NL, T.IQ4_XS} <= SUPPORTED_TENSOR_TYPES
+    gate = f.tensors["blk.0.ffn_gate_exps.weight"]
+    assert gate.shape == (4, 8, 64) and gate.data.shape == (4, 8, 2 * 17)
+    assert f.tensors["iq4_nl.weight"].shape == (3, 64) and f.tensors["iq4_xs.weight"].shape == (2, 512)
+    for name, (array, qtype) in tensors.items():
+        info = f.tensors[name]
+        np.testing.assert_array_equal(info.data, array)
+        want = gguf.quants.dequantize(array, qtype)
+        assert np.array_equal(dequantize_tensor(info).numpy().view(np.uint32), want.view(np.uint32)), name
+    # MXFP4 keeps 4 bits of each value against the block's power-of-two scale: close to what was quantized.
+    assert np.abs(dequantize_tensor(gate).numpy() - experts).max() <= 0.5 * np.abs(experts).max()
+
+
 def test_bundled_smollm2_matches_gguf_reader(smollm2_path, smollm2_gguf):
     _assert_matches_gguf_reader(smollm2_path, smollm2_gguf)
     assert smollm2_gguf.architecture == "llama"
@@ -202,7 +229,7 @@ def test_unknown_architecture(tmp_path):
     "array, raw_dtype, type_name",
     [
         (np.zeros((2, 3), np.int32), None, "I32"),
-        (np.zeros((2, 18), np.uint8), T.IQ4_NL, "IQ4_NL"),
+        (np.zeros((2, 66), np.uint8), T.IQ2_XXS, "IQ2_XXS"),
     ],
 )
 def test_unsupported_tensor_type(tmp_path, array, raw_dtype, type_name):

@@ -14,18 +14,18 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
+from gguf_blocks import random_blocks
 
 from lexi.kernels.qmatmul import QMATMUL_TYPES, QuantWeight, choose_variant, qmatmul, qmatmul_ref
 from lexi.kernels.qmatmul_gemm import qmatmul_gemm
 from lexi.kernels.qmatmul_gemv import qmatmul_gemv
+from lexi.kernels.qmatmul_ref import dequantize_weight
 
 Q = GGMLQuantizationType
-TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
-# Byte offsets of the fp16 fields of each block type: they get finite values, every other byte is random.
-F16_FIELDS = {
-    Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
-    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
-}  # fmt: skip
+TYPES = [
+    Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+    Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4,
+]  # fmt: skip
 RTOL = 1e-3
 
 
@@ -34,12 +34,7 @@ def random_weight(qtype: GGMLQuantizationType, n: int, k: int, seed: int) -> Qua
     gen = torch.Generator().manual_seed(seed)
     if qtype in (Q.F32, Q.F16, Q.BF16):
         return QuantWeight.from_float(torch.randn(n, k, generator=gen), qtype)
-    block_size, type_size = GGML_QUANT_SIZES[qtype]
-    blocks = torch.randint(0, 256, (n * k // block_size, type_size), dtype=torch.uint8, generator=gen)
-    for off in F16_FIELDS[qtype]:
-        d = (torch.rand(blocks.shape[0], generator=gen) * 2 - 1).to(torch.float16)
-        blocks[:, off : off + 2] = d.view(torch.uint8).reshape(-1, 2)
-    return QuantWeight(qtype, (n, k), blocks.reshape(n, -1))
+    return QuantWeight(qtype, (n, k), random_blocks(qtype, n * k, gen).reshape(n, -1))
 
 
 def shape_for(qtype: GGMLQuantizationType) -> tuple[int, int, int]:
@@ -96,8 +91,27 @@ def test_gemm_matches_reference(qtype, m):
     check(got, want, f"gemm {qtype.name} M={m}")
 
 
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_kernel_dequantization_is_bit_exact(qtype):
+    """x = the identity: every output is one weight times 1.0 plus exact zeros, so the GEMM returns the weight
+    its dequant_tile built, which must equal the reference dequantizer's exactly (same products in the same
+    order; only the sign of a zero can change, in the sums). MXFP4 gets every E8M0 scale byte up to 250
+    (subnormal scales included; past that 12 * 2^e is inf, and inf * 0 in the other columns would be NaN)."""
+    n, k, block_k = shape_for(qtype)
+    w = random_weight(qtype, n, k, seed=11)
+    if qtype == Q.MXFP4:
+        blocks = w.data.view(-1, 17)
+        blocks[:, 0] = torch.arange(blocks.shape[0]) % 251
+    got = qmatmul_gemm(torch.eye(k), w, block_m=64, block_n=64, block_k=block_k)
+    want = dequantize_weight(w).T
+    diff = (got != want).nonzero()  # as floats: the sums turn a weight of -0.0 into +0.0
+    assert diff.numel() == 0, f"{qtype.name}: {len(diff)} elements differ, first {diff[:5].tolist()}"
+
+
 @pytest.mark.parametrize(("variant", "m"), [("gemv", 1), ("gemv", 5), ("gemm", 33)])
-@pytest.mark.parametrize("qtype", [Q.F16, Q.Q4_0, Q.Q5_1, Q.Q8_0, Q.Q3_K, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize(
+    "qtype", [Q.F16, Q.Q4_0, Q.Q5_1, Q.Q8_0, Q.Q3_K, Q.Q4_K, Q.Q6_K, Q.IQ4_XS, Q.MXFP4], ids=lambda q: q.name
+)
 def test_fp16_activations(qtype, variant, m):
     """fp16 x: the kernels feed tl.dot fp16 tiles (the weight rounded to fp16), accumulate in fp32, store fp16.
 
@@ -172,6 +186,7 @@ def test_quant_weight_validation():
     assert QMATMUL_TYPES == frozenset(TYPES)
     # dequant_tile dispatches on these id ranges.
     assert (Q.F32, Q.F16, Q.Q4_0, Q.Q8_0, Q.Q2_K, Q.Q6_K, Q.BF16) == (0, 1, 2, 8, 10, 14, 30)
+    assert (Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4) == (20, 23, 39)
     odd = torch.zeros(4 * 68 + 1, dtype=torch.uint8)[1:].view(4, 68)
     with pytest.raises(ValueError, match="even address"):
         QuantWeight(Q.Q8_0, (4, 64), odd)

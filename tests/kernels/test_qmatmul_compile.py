@@ -71,7 +71,7 @@ CHILD = textwrap.dedent(
     print("ALL OK")
     """
 ).replace("FP32_SPILL_BYTES", "64")
-TYPE_GROUPS = ["F32,F16,BF16,Q4_0,Q4_1", "Q5_0,Q5_1,Q8_0,Q2_K", "Q3_K,Q4_K,Q5_K,Q6_K"]
+TYPE_GROUPS = ["F32,F16,BF16,Q4_0,Q4_1", "Q5_0,Q5_1,Q8_0,Q2_K", "Q3_K,Q4_K,Q5_K,Q6_K", "IQ4_NL,IQ4_XS,MXFP4"]
 
 
 @pytest.mark.parametrize("qtypes", TYPE_GROUPS)
