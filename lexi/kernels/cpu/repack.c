@@ -61,17 +61,10 @@ static void repack_q4_k(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
     }
 }
 
-/* Low 4 and high 2 bits of value v (0..255) of a Q6_K super-block at p (ggml's dequantize_row_q6_K). */
-static inline void q6_bits(const uint8_t *p, int v, uint8_t *lo4, uint8_t *hi2) {
-    int h = v / 128, w = v % 128, qd = w / 32, l = w % 32;
-    uint8_t q = p[64 * h + 32 * (qd & 1) + l];
-    *lo4 = qd < 2 ? (q & 15) : (q >> 4);
-    *hi2 = (p[128 + 32 * h + l] >> (2 * qd)) & 3;
-}
-
 static void repack_q6_k(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
     for (int64_t sb = 0; sb < nb; sb++, dst += 1680) {
         memset(dst, 0, 1680);
+        uint8_t *L = dst + 144, *H = dst + 144 + 1024;
         for (int r = 0; r < 8; r++) {
             if (!rows[r]) continue;
             const uint8_t *p = rows[r] + sb * 210;
@@ -80,13 +73,17 @@ static void repack_q6_k(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
                 dst[16 + 16 * u + 2 * r] = p[192 + 2 * u];
                 dst[16 + 16 * u + 2 * r + 1] = p[192 + 2 * u + 1];
             }
-            for (int s = 0; s < 64; s++) {
-                for (int e = 0; e < 4; e++) {
-                    uint8_t lo4, hi2;
-                    q6_bits(p, 4 * s + e, &lo4, &hi2);
-                    uint8_t *L = dst + 144 + 32 * (s % 32) + 4 * r + e;
-                    *L |= s < 32 ? lo4 : (uint8_t)(lo4 << 4);
-                    dst[144 + 1024 + 32 * (s % 16) + 4 * r + e] |= (uint8_t)(hi2 << (2 * (s / 16)));
+            /* value v = 128h + 32qd + l (ggml's dequantize_row_q6_K) is step s = 32h + 8qd + l/4, byte l%4 of row r */
+            for (int h = 0; h < 2; h++) {
+                for (int qd = 0; qd < 4; qd++) {
+                    const uint8_t *ql = p + 64 * h + 32 * (qd & 1), *qh = p + 128 + 32 * h;
+                    const int lo_shift = qd < 2 ? 0 : 4, hi_shift = 2 * qd;
+                    for (int l = 0; l < 32; l++) {
+                        const int s = 32 * h + 8 * qd + l / 4, at = 4 * r + l % 4;
+                        const uint8_t lo4 = (ql[l] >> lo_shift) & 15, hi2 = (qh[l] >> hi_shift) & 3;
+                        L[32 * (s % 32) + at] |= (uint8_t)(lo4 << (s < 32 ? 0 : 4));
+                        H[32 * (s % 16) + at] |= (uint8_t)(hi2 << (2 * (s / 16)));
+                    }
                 }
             }
         }
