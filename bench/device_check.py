@@ -297,6 +297,7 @@ def serve_section(report: Report, cfg: dict, state: dict):
         load_timeout = max(60.0, min(cfg["serve_timeout"], report.left() - 60))  # leave time for the rounds
         proc = device_serve.start_server(path, port, report.out / "serve.log", cfg["serve_args"], load_timeout)
         ready = time.monotonic() - started
+        peak_gpu = device_serve.gpu_memory(proc.pid)
         try:
             for streams in cfg["streams"]:
                 if report.left() < 20:
@@ -306,11 +307,17 @@ def serve_section(report: Report, cfg: dict, state: dict):
                 rows.append(row)
                 if row["ok"] < streams:
                     report.failures.append(f"serve {streams} streams: {row['errors']}")
+                used = device_serve.gpu_memory(proc.pid)
+                peak_gpu = max(peak_gpu or 0, used or 0) or None
         finally:
             device_serve.stop_server(proc)
+        accounted = device_serve.memory_line(report.out / "serve.log")
     finally:
         path.unlink(missing_ok=True)
-    text = (f"synthetic {cfg['serve_shape']} ({size / 1e9:.2f} GB, written in {written:.0f} s), server ready in "
+    gpu = "n/a (no nvidia-smi)" if peak_gpu is None else f"{peak_gpu / 1e9:.2f} GB"
+    text = (f"peak GPU memory of the server {gpu} against the file's {size / 1e9:.2f} GB (the CUDA context and the KV "
+            f"cache included); the server's own account: {accounted or 'not logged'}.\n\n"
+            f"synthetic {cfg['serve_shape']} ({size / 1e9:.2f} GB, written in {written:.0f} s), server ready in "
             f"{ready:.0f} s; `serve {' '.join(cfg['serve_args'])}`; prompts of {cfg['prompt_words']} words, "
             f"{cfg['max_tokens']} tokens each (ignore_eos)\n\n" + device_serve.format_rows(rows))  # fmt: skip
     return text, rows

@@ -36,6 +36,30 @@ class StreamResult:
     error: str = ""
 
 
+def gpu_memory(pid: int) -> int | None:
+    """Bytes of GPU memory process `pid` holds (nvidia-smi), or None where nvidia-smi cannot say."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return int(fields[1]) * 1024 * 1024
+    return None
+
+
+def memory_line(log: Path) -> str | None:
+    """The server's own account of its memory (lexi/model/memory.py), from its log."""
+    for line in log.read_text(errors="replace").splitlines():
+        if "memory: weights" in line:
+            return line[line.index("memory: weights") :]
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,12 +7,16 @@ Every engine gets its own process and its own environment, as its users run it:
     /v1/completions, streamed with SSE for the decode rows), so HTTP and the event-loop handoff are in the figure.
   - LexiEngine in-process: the engine API in its own worker process (bench/e2e_workers.py), no HTTP.
 Rows (llama-bench's conventions; median of --reps after a warm-up; repetitions of the engines interleaved so a
-busy neighbour slows them alike): pp512 (a 512-token prompt to its first token), tg128 (128 tokens one at a
-time after a 1-token prompt), decode xN (N concurrent streams, 16-token prompts, 128 tokens each, aggregate
-tok/s), ttft128 (a 128-token prompt to its first token, ms). Prompts are random ordinary tokens, new every time
-(no prefix-cache hits). The ratio is LexiEngine's speed over llama.cpp's (> 1: LexiEngine faster).
+busy neighbour slows them alike): ppN (an N-token prompt to its first token, --pp), tgN (N tokens one at a
+time after a 1-token prompt, --tg), decode xS (S concurrent streams, 16-token prompts, N tokens each, aggregate
+tok/s, --streams), ttft128 (a 128-token prompt to its first token, ms); then, once per engine, ready (seconds
+from starting the process to a loaded model: /health 200 for serve) and peak RSS (GB, the process's VmHWM after
+every row: mapped file pages it touched count). Prompts are random ordinary tokens, new every time (no
+prefix-cache hits). The ratio is LexiEngine's over llama.cpp's, oriented so that > 1 means LexiEngine is better.
 
     .venv/bin/python bench/e2e.py [--models smollm2-135m-instruct gemma3-270m] [--reps 5] [--no-append]
+    .venv/bin/python bench/e2e.py --models /tmp/llama3-8b.gguf --pp 256 512 --tg 32 --streams 1 4 \
+        --engines llama serve --reps 1   # a synthetic 8B (bench/synth_gguf.py)
 
 Prints the table and appends it, with the date, commit, machine and load averages, to bench/RESULTS.md.
 """
@@ -28,62 +32,73 @@ import sys
 import time
 from pathlib import Path
 
-from e2e_engines import LexiServer, LlamaCpp, Worker
+from e2e_engines import CTX, LexiServer, LlamaCpp, Worker
+from e2e_workers import CTX_ENV, STREAMS_ENV
 from run_info import commit, machine
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
-PP, TG, TTFT_PROMPT, STREAM_PROMPT = 512, 128, 128, 16
+PP, TG, TTFT_PROMPT, STREAM_PROMPT = (512,), 128, 128, 16
 STREAMS = (1, 4, 8, 16)
+ENGINES = ("llama", "serve", "inproc")
 # Pause before each measurement: the engine measured last may have OpenMP threads still spinning (libgomp spins
 # up to ~20 ms before it sleeps), and they would take the cores from the next one.
 SETTLE = 0.3
 
 
-def rows_to_run(only: list[str] | None = None) -> list[tuple[str, str, int, int]]:
+def rows_to_run(
+    only: list[str] | None = None, pp=PP, tg: int = TG, streams=STREAMS
+) -> list[tuple[str, str, int, int]]:
     """(label, op, prompt length, streams), all of them or those whose label starts with one of `only`."""
-    rows = [("pp512", "pp", PP, 1), ("tg128", "tg", 1, 1)]
-    rows += [(f"decode x{n}", "decode", STREAM_PROMPT, n) for n in STREAMS]
+    rows = [(f"pp{n}", "pp", n, 1) for n in pp] + [(f"tg{tg}", "tg", 1, 1)]
+    rows += [(f"decode x{n}", "decode", STREAM_PROMPT, n) for n in streams]
     rows += [("ttft128 (ms)", "pp", TTFT_PROMPT, 1)]
     return [r for r in rows if only is None or any(r[0].startswith(o) for o in only)]
 
 
-def speed(label: str, op: str, length: int, n: int, seconds: float) -> float:
+def speed(label: str, op: str, length: int, n: int, seconds: float, tg: int) -> float:
     """tok/s for throughput rows; milliseconds for the ttft row."""
     if label.startswith("ttft"):
         return seconds * 1000
     if op == "pp":
         return length / seconds
-    return n * TG / seconds
+    return n * tg / seconds
 
 
-def measure(
-    name: str, path: Path, reps: int, threads: int, deterministic: bool, only: list[str] | None = None
-) -> list[dict]:
+def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool, args) -> list[dict]:
     rng = random.Random(0)
     flag = ("--deterministic",) if deterministic else ()
-    engines = {
-        "llama": LlamaCpp(path, threads),
-        "serve": LexiServer(path, flag),
-        "inproc": Worker(["lexi", str(path), *flag]),
+    rows = rows_to_run(args.tests, args.pp, args.tg, args.streams)
+    # Context for the longest row (each engine gets the same), at least what the default rows need.
+    ctx = max([CTX] + [length + args.tg + 16 for _, _, length, _ in rows])
+    os.environ[CTX_ENV] = str(ctx)  # read by the workers; the driver itself loads nothing
+    os.environ[STREAMS_ENV] = str(max(args.streams))
+    builders = {
+        "llama": lambda: LlamaCpp(path, threads),
+        "serve": lambda: LexiServer(path, flag, ctx, max(args.streams)),
+        "inproc": lambda: Worker(["lexi", str(path), *flag]),
     }
+    engines = {key: builders[key]() for key in args.engines}
     vocab = min(e.vocab() for e in engines.values())
     table = []
     try:
-        for label, op, length, n in rows_to_run(only):
+        for label, op, length, n in rows:
             times: dict[str, list[float]] = {k: [] for k in engines}
             for rep in range(reps + 1):  # rep 0 is the warm-up
                 for key, engine in engines.items():
                     prompts = [[rng.randrange(1000, vocab // 2) for _ in range(length)] for _ in range(n)]
                     time.sleep(SETTLE)
-                    seconds = engine.run(op, prompts, TG)
+                    seconds = engine.run(op, prompts, args.tg)
                     if rep:
                         times[key].append(seconds)
             row = {"model": name, "test": label}
             for key, values in times.items():
-                row[key] = speed(label, op, length, n, statistics.median(values))
+                row[key] = speed(label, op, length, n, statistics.median(values), args.tg)
             table.append(row)
             print(f"  {name} {label}: " + ", ".join(f"{k} {row[k]:.1f}" for k in engines), flush=True)
+        table.append({"model": name, "test": "ready (s)", **{k: e.ready_s for k, e in engines.items()}})
+        table.append({"model": name, "test": "peak RSS (GB)", **{k: e.peak_rss() / 1e9 for k, e in engines.items()}})
+        print(f"  {name} ready/RSS: " + ", ".join(f"{r['test']} {r}" for r in table[-2:]), flush=True)
     finally:
         for engine in engines.values():
             engine.close()
@@ -91,8 +106,8 @@ def measure(
 
 
 def ratio(row: dict, key: str) -> float:
-    if row["test"].startswith("ttft"):
-        return row["llama"] / row[key]  # time: a shorter one is faster
+    if row["test"].startswith(("ttft", "ready", "peak")):
+        return row["llama"] / row[key]  # time or memory: less is better
     return row[key] / row["llama"]
 
 
@@ -100,14 +115,15 @@ def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def render(table: list[dict], loads: dict[str, tuple[str, str]]) -> str:
-    lines = [
-        "| model | test | llama.cpp | LexiEngine serve | ratio | LexiEngine in-process | ratio |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+def render(table: list[dict], loads: dict[str, tuple[str, str]], engines) -> str:
+    ours = [e for e in ("serve", "inproc") if e in engines]
+    titles = {"serve": "LexiEngine serve", "inproc": "LexiEngine in-process"}
+    head = ["model", "test", "llama.cpp"] + [x for e in ours for x in (titles[e], "ratio")]
+    lines = ["| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
     for r in table:
-        cells = [r["model"], r["test"], f"{r['llama']:.1f}", f"{r['serve']:.1f}", f"{ratio(r, 'serve'):.2f}x"]
-        cells += [f"{r['inproc']:.1f}", f"{ratio(r, 'inproc'):.2f}x"]
+        cells = [r["model"], r["test"], f"{r['llama']:.2f}"]
+        for e in ours:
+            cells += [f"{r[e]:.2f}", f"{ratio(r, e):.2f}x"]
         lines.append("| " + " | ".join(cells) + " |")
     load_text = "; ".join(f"{m}: {a} before, {b} after" for m, (a, b) in loads.items())
     return "\n".join(lines) + f"\n\nLoad average (1/5/15 min): {load_text}.\n"
@@ -122,7 +138,13 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a sentence appended to the header")
     parser.add_argument("--deterministic", action="store_true", help="run LexiEngine with --deterministic")
     parser.add_argument("--tests", nargs="+", default=None, help="only these rows (label prefixes: pp512 tg128 ...)")
+    parser.add_argument("--pp", nargs="+", type=int, default=list(PP), help="prompt lengths of the pp rows")
+    parser.add_argument("--tg", type=int, default=TG, help="tokens of the tg and decode rows")
+    parser.add_argument("--streams", nargs="+", type=int, default=list(STREAMS), help="streams of the decode rows")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="llama must be one")
     args = parser.parse_args()
+    if "llama" not in args.engines:
+        parser.error("--engines must include llama: every ratio is against it")
     sys.path.insert(0, str(HERE.parent))
     from lexi.gguf.bundled import resolve_model  # no torch: the orchestrator stays light
 
@@ -130,7 +152,9 @@ def main() -> None:
     table, loads = [], {}
     for name in args.models:
         before = load()
-        table += measure(name, resolve_model(name), args.reps, args.threads, args.deterministic, args.tests)
+        path = Path(name) if Path(name).exists() else resolve_model(name)
+        table += measure(path.name if Path(name).exists() else name, path, args.reps, args.threads,
+                         args.deterministic, args)  # fmt: skip
         loads[name] = (before, load())
     header = (
         f"### bench/e2e.py, {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
@@ -139,7 +163,7 @@ def main() -> None:
         f"auto{', --deterministic' if args.deterministic else ''}, torch's default threads. tok/s (ttft: ms), "
         f"median of {args.reps} after a warm-up. {args.note}\n"
     )
-    text = header + "\n" + render(table, loads)
+    text = header + "\n" + render(table, loads, args.engines)
     print("\n" + text)
     if not args.no_append:
         with RESULTS.open("a") as f:

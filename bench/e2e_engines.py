@@ -26,6 +26,7 @@ class Worker:
     """bench/e2e_workers.py in a subprocess, one JSON command a line."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "e2e_workers.py"), *argv],
             stdin=subprocess.PIPE,
@@ -34,7 +35,11 @@ class Worker:
             env=env,
         )
         self._read()  # {"ready": true} once the model is loaded
+        self.ready_s = time.perf_counter() - started
         self._info = self.call({"op": "info"})
+
+    def peak_rss(self) -> int:
+        return self.call({"op": "memory"})["peak_rss"]
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -85,6 +90,13 @@ class LlamaCpp:
     def vocab(self) -> int:
         return self._worker().vocab()
 
+    @property
+    def ready_s(self) -> float:
+        return self._worker().ready_s
+
+    def peak_rss(self) -> int:
+        return self._worker().peak_rss()
+
     def run(self, op: str, prompts: list[list[int]], n: int) -> float:
         try:
             return self._worker().run(op, prompts, n)
@@ -101,10 +113,11 @@ class LlamaCpp:
 class LexiServer:
     """`lexi-engine serve` in a subprocess with its own environment, driven over HTTP."""
 
-    def __init__(self, path: Path, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, path: Path, extra: tuple[str, ...] = (), ctx: int = CTX, parallel: int = MAX_STREAMS) -> None:
+        started = time.perf_counter()
         exe = Path(sys.executable).with_name("lexi-engine")
-        argv = [str(exe), "serve", "-m", str(path), "--port", "0", "--parallel", str(MAX_STREAMS)]
-        argv += ["--ctx-size", str(CTX), "--batch-size", "512", *extra]
+        argv = [str(exe), "serve", "-m", str(path), "--port", "0", "--parallel", str(parallel)]
+        argv += ["--ctx-size", str(ctx), "--batch-size", "512", *extra]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for line in self.proc.stdout:
             if "listening on http://" in line:
@@ -117,7 +130,15 @@ class LexiServer:
         while self._get("/health") != 200:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError("lexi-engine serve did not become ready")
-            time.sleep(0.2)
+            time.sleep(0.05)
+        self.ready_s = time.perf_counter() - started  # to /health 200, as a client sees it
+
+    def peak_rss(self) -> int:
+        """The server process's peak resident set (VmHWM), bytes."""
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
 
     def _get(self, route: str) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)

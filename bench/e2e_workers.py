@@ -9,7 +9,7 @@ the repetitions of every engine while each keeps its own environment (threads, O
 Commands: {"op": "pp", "prompt": [ids]} -> {"s": seconds to the first token's logits}
           {"op": "tg", "prompt": [id], "n": 128} -> {"s": seconds for n tokens, one at a time}
           {"op": "decode", "prompts": [[ids], ...], "n": 128} -> {"s": seconds for every stream's n tokens}
-          {"op": "info"} -> {"vocab": n, ...}; {"op": "quit"}
+          {"op": "info"} -> {"vocab": n, ...}; {"op": "memory"} -> {"peak_rss": bytes}; {"op": "quit"}
 """
 
 from __future__ import annotations
@@ -20,8 +20,22 @@ import sys
 import time
 
 CTX = 512 + 128 + 16  # a pp512 prompt, tg128, and room
+CTX_ENV = "LEXI_BENCH_CTX"  # bench/e2e.py sets it when its rows need more
+STREAMS_ENV = "LEXI_BENCH_STREAMS"  # ... and this to the most streams a row runs
 MAX_STREAMS = 16
 STREAM_CTX = 16 + 128 + 16  # a decode stream: 16-token prompt + 128 tokens
+
+
+def context() -> int:
+    import os
+
+    return int(os.environ.get(CTX_ENV, CTX))
+
+
+def streams() -> int:
+    import os
+
+    return int(os.environ.get(STREAMS_ENV, MAX_STREAMS))
 
 
 class LlamaWorker:
@@ -33,17 +47,17 @@ class LlamaWorker:
 
         self.lc, self.np = llama_cpp, np
         self.llm = llama_cpp.Llama(
-            path, n_ctx=CTX, n_batch=512, n_ubatch=512, n_threads=threads, n_threads_batch=threads, verbose=False
+            path, n_ctx=context(), n_batch=512, n_ubatch=512, n_threads=threads, n_threads_batch=threads, verbose=False
         )
         self.vocab = self.llm.n_vocab()
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = MAX_STREAMS * STREAM_CTX
-        params.n_batch = params.n_ubatch = MAX_STREAMS * 16
-        params.n_seq_max = MAX_STREAMS
+        params.n_ctx = streams() * STREAM_CTX
+        params.n_batch = params.n_ubatch = streams() * 16
+        params.n_seq_max = streams()
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = True
         self.multi = llama_cpp.llama_init_from_model(self.llm._model.model, params)
-        self.batch = llama_cpp.llama_batch_init(params.n_batch, 0, MAX_STREAMS)
+        self.batch = llama_cpp.llama_batch_init(params.n_batch, 0, streams())
 
     def info(self) -> dict:
         return {"vocab": self.vocab, "version": self.lc.__version__, "path": self.lc.__file__}
@@ -122,7 +136,7 @@ class LexiWorker:
         loader.join()
         model = loaded["model"]
         self.vocab = model.args.vocab_size
-        config = EngineConfig(parallel=MAX_STREAMS, ctx_size=CTX, batch_size=512)
+        config = EngineConfig(parallel=streams(), ctx_size=context(), batch_size=512)
         self.engine = Engine(model, Tokenizer.from_gguf(f), config)
         self.engine.start()
 
@@ -163,6 +177,15 @@ class LexiWorker:
         return self._generate(prompts, n)
 
 
+def peak_rss() -> int:
+    """This process's peak resident set (VmHWM), bytes: mapped file pages it touched count, as they do for every
+    engine here."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def serve(worker) -> None:
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -171,6 +194,8 @@ def serve(worker) -> None:
             break
         if op == "info":
             out = worker.info()
+        elif op == "memory":
+            out = {"peak_rss": peak_rss()}
         elif op == "pp":
             out = {"s": worker.pp(cmd["prompt"])}
         elif op == "tg":

@@ -68,6 +68,8 @@ class Shape:
 
 SHAPES = {
     "llama3-8b": Shape("llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.0, tied=False),
+    "llama3-3b": Shape("llama", 3072, 28, 24, 8, 128, 8192, 128256, 8192, 500000.0, tied=True),
+    "llama3-1b": Shape("llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.0, tied=True),
     "qwen3-8b": Shape("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 40960, 1000000.0, tied=False),
     "gemma3-4b": Shape("gemma3", 2560, 34, 8, 4, 256, 10240, 262208, 131072, 1000000.0, True, 1024),
     "tiny-llama": Shape("llama", 256, 2, 4, 2, 64, 512, 49152, 2048, 10000.0, tied=False),

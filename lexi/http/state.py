@@ -146,6 +146,7 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
             from lexi.engine.engine import Engine
             from lexi.gguf.tokenizer import Tokenizer
             from lexi.model.loader import load_model
+            from lexi.model.memory import memory_report
 
             started = time.monotonic()
             tokenizer = Tokenizer.from_gguf(gguf_file)
@@ -161,6 +162,8 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
             model = load_model(gguf_file, load_config, progress=state.config.log_format == "text")
             log.info("weights loaded in %.1f s", time.monotonic() - weights_started)
             engine = Engine(model, tokenizer, state.engine_config)
+            cfg = state.engine_config
+            log.info("%s", memory_report(model, engine.runner.kv_cache).line(cfg.parallel, cfg.ctx_size))
             engine.start()
             state.runtime = Runtime(tokenizer, engine, constraints)
             log.info("model %s ready in %.1f s", state.names.public_id, time.monotonic() - started)

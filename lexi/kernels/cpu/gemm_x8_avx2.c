@@ -179,11 +179,82 @@ static void x8_q6_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc
     }
 }
 
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1: 8 (4-bit) or 4 (5-bit) steps per vpmaddwd, scale 1, offset o x (sum of q) ---- */
+/* The 5th bits of step j for the 8 rows: bit 4j + e of row r's qh -> 16 at byte (r, e). */
+static inline __m256i fifth_bits_x8(__m256i qh, int j) {
+    const __m256i dup = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
+                                         8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i bit = _mm256_set1_epi32(0x08040201);
+    __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, 4 * j), dup);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(16));
+}
+
+#define SMALL_BLOCKS(C, HAS_M, HAS_QH, OFFSET)                                                              \
+    for (int64_t b = 0; b < k / 32; b++) {                                                                  \
+        const uint8_t *g = group + b * (16 + 16 * HAS_M + 32 * HAS_QH + 128);                               \
+        const uint8_t *qs = g + 16 + 16 * HAS_M + 32 * HAS_QH;                                              \
+        __m256i qh = HAS_QH ? _mm256_loadu_si256((const __m256i *)(g + 16 + 16 * HAS_M)) : m4;              \
+        __m256i t[C], h[C];                                                                                 \
+        for (int i = 0; i < 4; i++) { /* register i: steps i (low nibbles) and i + 4 (high) */              \
+            __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));                                 \
+            __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);       \
+            if (HAS_QH) {                                                                                   \
+                lo = _mm256_or_si256(lo, fifth_bits_x8(qh, i));                                             \
+                hi = _mm256_or_si256(hi, fifth_bits_x8(qh, i + 4));                                         \
+            }                                                                                               \
+            for (int c = 0; c < C; c++) {                                                                   \
+                const int8_t *q = a->q + (c0 + c) * k + 32 * b + 4 * i;                                     \
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q)),                            \
+                                             _mm256_maddubs_epi16(hi, bcast4(q + 16)));                     \
+                h[c] = (i == 0 || (HAS_QH && i == 2)) ? p : _mm256_add_epi16(h[c], p);                      \
+                /* int16 lanes hold 8 steps of 4-bit values, 4 of 5-bit ones */                             \
+                if (HAS_QH && i == 1) t[c] = _mm256_madd_epi16(h[c], ones);                                 \
+                if (i == 3) {                                                                               \
+                    __m256i tail = _mm256_madd_epi16(h[c], ones);                                           \
+                    t[c] = HAS_QH ? _mm256_add_epi32(t[c], tail) : tail;                                    \
+                }                                                                                           \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 D = fp16x8(g), Dm = HAS_M ? fp16x8(g + 16) : neg(D);                                         \
+        for (int c = 0; c < C; c++) {                                                                       \
+            __m256 d = _mm256_set1_ps(a->d[(c0 + c) * (k / 32) + b]);                                       \
+            const int16_t *gs = a->g + (c0 + c) * (k / 16) + 2 * b;                                         \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[c]), _mm256_mul_ps(D, d), f[c]);                    \
+            __m256 os = _mm256_set1_ps((float)((OFFSET) * (gs[0] + gs[1])));                                \
+            f[c] = _mm256_fmadd_ps(os, _mm256_mul_ps(Dm, d), f[c]);                                         \
+        }                                                                                                   \
+    }
+
+#define DEFINE_SMALL(NAME, HAS_M, HAS_QH, OFFSET)                                                           \
+    static void NAME(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {                       \
+        const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);                              \
+        for (int64_t c0 = 0; c0 + 2 <= a->m; c0 += 2) {                                                     \
+            __m256 f[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                       \
+            SMALL_BLOCKS(2, HAS_M, HAS_QH, OFFSET)                                                          \
+            for (int c = 0; c < 2; c++) _mm256_storeu_ps(acc + (c0 + c) * 8, f[c]);                         \
+        }                                                                                                   \
+        if (a->m & 1) {                                                                                     \
+            int64_t c0 = a->m - 1;                                                                          \
+            __m256 f[1] = {_mm256_setzero_ps()};                                                            \
+            SMALL_BLOCKS(1, HAS_M, HAS_QH, OFFSET)                                                          \
+            _mm256_storeu_ps(acc + c0 * 8, f[0]);                                                           \
+        }                                                                                                   \
+    }
+
+DEFINE_SMALL(x8_q4_0, 0, 0, 8)
+DEFINE_SMALL(x8_q4_1, 1, 0, 1)
+DEFINE_SMALL(x8_q5_0, 0, 1, 16)
+DEFINE_SMALL(x8_q5_1, 1, 1, 1)
+
 x8_kernel x8_kernel_avx2(int type) {
     switch (type) {
         case T_Q8_0: return x8_q8_0;
         case T_Q4_K: return x8_q4_k;
         case T_Q6_K: return x8_q6_k;
+        case T_Q4_0: return x8_q4_0;
+        case T_Q4_1: return x8_q4_1;
+        case T_Q5_0: return x8_q5_0;
+        case T_Q5_1: return x8_q5_1;
         default: return NULL;
     }
 }

@@ -5,6 +5,9 @@
    as bytes), built once at load. Rows are grouped by 8 (the last group padded with zero rows); a group's
    blocks follow each other along k. Per group and block:
      Q8_0 (32 values, 272 bytes): d[8] fp16 | steps i = 0..7: rows 0..7 x values 4i..4i+3 (int8)
+     Q4_0, Q4_1, Q5_0, Q5_1 (32 values; 144, 160, 176, 192 bytes): d[8] | m[8] (the _1 types) | qh[8] (u32, the
+           5-bit types) | 4 registers i: row r's 4 bytes are the file's qs[4i .. 4i+3], low nibbles values 4i + e,
+           high nibbles values 16 + 4i + e
      Q4_K (256 values, 1184 bytes): d[8] | dmin[8] (fp16) | sc[8 sub-blocks][8 rows] | m[8][8] (6-bit, bytes) |
            32 registers (t, i), t = 0..3, i = 0..7: row r's 4 bytes are the file's qs[32t + 4i .. +3], whose low
            nibbles are values 64t + 4i + e and high nibbles values 64t + 32 + 4i + e
@@ -32,6 +35,36 @@ static void repack_q8_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
         }
     }
 }
+
+/* The 32-value 4- and 5-bit types: `m` and `qh` say where the file's block has them (-1: none). */
+static inline void repack_small(const uint8_t *const *rows, int64_t nb, uint8_t *dst, int bytes, int m, int qh,
+                                int qs) {
+    const int out = 16 + (m >= 0 ? 16 : 0) + (qh >= 0 ? 32 : 0) + 128;
+    for (int64_t b = 0; b < nb; b++, dst += out) {
+        memset(dst, 0, (size_t)out);
+        for (int r = 0; r < 8; r++) {
+            if (!rows[r]) continue;
+            const uint8_t *p = rows[r] + b * bytes;
+            uint8_t *o = dst;
+            copy_u16(o + 2 * r, p);
+            o += 16;
+            if (m >= 0) {
+                copy_u16(o + 2 * r, p + m);
+                o += 16;
+            }
+            if (qh >= 0) {
+                memcpy(o + 4 * r, p + qh, 4);
+                o += 32;
+            }
+            for (int i = 0; i < 4; i++) memcpy(o + 32 * i + 4 * r, p + qs + 4 * i, 4);
+        }
+    }
+}
+
+static void repack_q4_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 18, -1, -1, 2); }
+static void repack_q4_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 20, 2, -1, 4); }
+static void repack_q5_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 22, -1, 2, 6); }
+static void repack_q5_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 24, 2, 4, 8); }
 
 static void scale_min_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     for (int j = 0; j < 4; j++) {
@@ -93,7 +126,13 @@ static void repack_q6_k(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
 const x8_layout *x8_lookup(int type) {
     static const x8_layout q8_0 = {32, 272, repack_q8_0}, q4_k = {256, 1184, repack_q4_k};
     static const x8_layout q6_k = {256, 1680, repack_q6_k};
+    static const x8_layout q4_0 = {32, 144, repack_q4_0}, q4_1 = {32, 160, repack_q4_1};
+    static const x8_layout q5_0 = {32, 176, repack_q5_0}, q5_1 = {32, 192, repack_q5_1};
     switch (type) {
+        case T_Q4_0: return &q4_0;
+        case T_Q4_1: return &q4_1;
+        case T_Q5_0: return &q5_0;
+        case T_Q5_1: return &q5_1;
         case T_Q8_0: return &q8_0;
         case T_Q4_K: return &q4_k;
         case T_Q6_K: return &q6_k;
