@@ -28,13 +28,18 @@ static inline __m256 fp16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu
 
 static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v); }
 
-#define KERNEL_BODY(C, PER_BLOCK)                                                                           \
-    for (int64_t c0 = 0; c0 < a->m; c0 += C) {                                                              \
-        if (c0 + C > a->m) break;                                                                           \
-        __m256 f[C];                                                                                        \
-        for (int c = 0; c < C; c++) f[c] = _mm256_setzero_ps();                                             \
-        PER_BLOCK(C)                                                                                        \
-        for (int c = 0; c < C; c++) _mm256_storeu_ps(acc + (c0 + c) * 8, f[c]);                             \
+/* Columns of x two at a time, then the odd one out: PER_BLOCK(C) adds every block's part for columns c0..c0+C-1. */
+#define KERNEL_BODY(PER_BLOCK)                                                                              \
+    for (int64_t c0 = 0; c0 + 2 <= a->m; c0 += 2) {                                                         \
+        __m256 f[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                           \
+        PER_BLOCK(2)                                                                                        \
+        for (int c = 0; c < 2; c++) _mm256_storeu_ps(acc + (c0 + c) * 8, f[c]);                             \
+    }                                                                                                       \
+    if (a->m & 1) {                                                                                         \
+        int64_t c0 = a->m - 1;                                                                              \
+        __m256 f[1] = {_mm256_setzero_ps()};                                                                \
+        PER_BLOCK(1)                                                                                        \
+        _mm256_storeu_ps(acc + c0 * 8, f[0]);                                                               \
     }
 
 /* ---- Q8_0: signed values, one step per vpmaddwd, no offsets ---- */
@@ -59,13 +64,7 @@ static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v
 
 static void x8_q8_0(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
-    KERNEL_BODY(2, Q8_0_BLOCKS)
-    int64_t c0 = a->m & ~(int64_t)1;
-    if (c0 < a->m) {
-        __m256 f[1] = {_mm256_setzero_ps()};
-        Q8_0_BLOCKS(1)
-        _mm256_storeu_ps(acc + c0 * 8, f[0]);
-    }
+    KERNEL_BODY(Q8_0_BLOCKS)
 }
 
 /* ---- Q4_K: nibbles, 8 steps per vpmaddwd, 6-bit scales and mins ---- */
@@ -107,13 +106,7 @@ static void x8_q8_0(const uint8_t *group, int64_t k, const act_q8 *a, float *acc
 
 static void x8_q4_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    KERNEL_BODY(2, Q4_K_BLOCKS)
-    int64_t c0 = a->m & ~(int64_t)1;
-    if (c0 < a->m) {
-        __m256 f[1] = {_mm256_setzero_ps()};
-        Q4_K_BLOCKS(1)
-        _mm256_storeu_ps(acc + c0 * 8, f[0]);
-    }
+    KERNEL_BODY(Q4_K_BLOCKS)
 }
 
 /* ---- Q6_K: 4 + 2 bits, 2 steps per vpmaddwd, int8 scales per 16 values, offsets 32 s ---- */
@@ -170,13 +163,7 @@ static void x8_q6_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc
     const __m256i even = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4,
                                           5, 8, 9, 8, 9, 12, 13, 12, 13);
     const __m256i odd = _mm256_add_epi8(even, _mm256_set1_epi8(2));
-    KERNEL_BODY(2, Q6_K_BLOCKS)
-    int64_t c0 = a->m & ~(int64_t)1;
-    if (c0 < a->m) {
-        __m256 f[1] = {_mm256_setzero_ps()};
-        Q6_K_BLOCKS(1)
-        _mm256_storeu_ps(acc + c0 * 8, f[0]);
-    }
+    KERNEL_BODY(Q6_K_BLOCKS)
 }
 
 /* ---- Q4_0, Q4_1, Q5_0, Q5_1: 8 (4-bit) or 4 (5-bit) steps per vpmaddwd, scale 1, offset o x (sum of q) ---- */
@@ -225,26 +212,20 @@ static inline __m256i fifth_bits_x8(__m256i qh, int j) {
         }                                                                                                   \
     }
 
-#define DEFINE_SMALL(NAME, HAS_M, HAS_QH, OFFSET)                                                           \
+#define DEFINE_SMALL(NAME)                                                                                  \
     static void NAME(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {                       \
         const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);                              \
-        for (int64_t c0 = 0; c0 + 2 <= a->m; c0 += 2) {                                                     \
-            __m256 f[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                       \
-            SMALL_BLOCKS(2, HAS_M, HAS_QH, OFFSET)                                                          \
-            for (int c = 0; c < 2; c++) _mm256_storeu_ps(acc + (c0 + c) * 8, f[c]);                         \
-        }                                                                                                   \
-        if (a->m & 1) {                                                                                     \
-            int64_t c0 = a->m - 1;                                                                          \
-            __m256 f[1] = {_mm256_setzero_ps()};                                                            \
-            SMALL_BLOCKS(1, HAS_M, HAS_QH, OFFSET)                                                          \
-            _mm256_storeu_ps(acc + c0 * 8, f[0]);                                                           \
-        }                                                                                                   \
+        KERNEL_BODY(NAME##_BLOCKS)                                                                          \
     }
 
-DEFINE_SMALL(x8_q4_0, 0, 0, 8)
-DEFINE_SMALL(x8_q4_1, 1, 0, 1)
-DEFINE_SMALL(x8_q5_0, 0, 1, 16)
-DEFINE_SMALL(x8_q5_1, 1, 1, 1)
+#define x8_q4_0_BLOCKS(C) SMALL_BLOCKS(C, 0, 0, 8)
+#define x8_q4_1_BLOCKS(C) SMALL_BLOCKS(C, 1, 0, 1)
+#define x8_q5_0_BLOCKS(C) SMALL_BLOCKS(C, 0, 1, 16)
+#define x8_q5_1_BLOCKS(C) SMALL_BLOCKS(C, 1, 1, 1)
+DEFINE_SMALL(x8_q4_0)
+DEFINE_SMALL(x8_q4_1)
+DEFINE_SMALL(x8_q5_0)
+DEFINE_SMALL(x8_q5_1)
 
 x8_kernel x8_kernel_avx2(int type) {
     switch (type) {
