@@ -4,7 +4,9 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
 - mask: `fill_mask` (outlines-core writes the bits, end-of-output and hole bits fixed up) plus
   `TokenBitmask.apply` on one row of logits, per token, over walks that sample uniformly among the
   allowed tokens (every state a model could reach is visited, long strings included); p50/p99 in us.
-- compile: cold (a fresh compiler) and cached, for each schema.
+- mask, max_tokens 48: the same walks cut at 48 tokens, so each ends in the closing regime (masks narrowed to the
+  tokens that still close in time, keyed by the tokens left: more fills).
+- compile: cold (a fresh compiler: the index and its closing table) and cached, for each schema.
 - decode: the engine in this process, tok/s of greedy decoding free (ignore_eos) and under a JSON
   schema whose answer runs long, at 1 and 8 concurrent sequences; the ratio is the target's measure.
 - pace: median time between tokens of one free stream, alone and while a cold compile of the
@@ -130,18 +132,19 @@ def plans() -> dict[str, object]:
 
 
 def mask_costs(
-    compiler: ConstraintCompiler, plan, vocab_size: int, walks: int = 6, steps: int = 200
+    compiler: ConstraintCompiler, plan, vocab_size: int, walks: int = 6, steps: int = 200, budget: int | None = None
 ) -> tuple[list[float], list[float]]:
     """Seconds per token of the engine's mask step (key, compiled mask or fill + compile, apply to a logits
     row) and of the constraint's advance, over uniform random walks under the mask; one mask cache across
-    the walks, as in a server."""
+    the walks, as in a server. With `budget` (max_tokens), the walks end inside the closing regime, where
+    masks narrow to what still closes in the tokens left."""
     masks = TokenBitmask(vocab_size, torch.device("cpu"))
     logits = torch.zeros(vocab_size)
     costs, advances = [], []
     for seed in range(walks):
-        constraint = asyncio.run(compiler.constraint(plan))
+        constraint = asyncio.run(compiler.constraint(plan, budget))
         rnd = random.Random(seed)
-        for _ in range(steps):
+        for _ in range(steps if budget is None else budget):
             if constraint.is_finished():
                 break
             start = time.perf_counter()
@@ -246,6 +249,10 @@ def measure(name: str) -> list[str]:
             f"{us(advances, 50):.0f} | {us(advances, 99):.0f}"
         )
         rows.append(f"| {name} | {label} | {timing} |")
+        print(rows[-1], flush=True)
+        costs, advances = mask_costs(cold, plan, tok.vocab_size, walks=12, budget=48)
+        timing = f"| | {us(costs, 50):.0f} | {us(costs, 99):.0f} | {us(advances, 50):.0f} | {us(advances, 99):.0f}"
+        rows.append(f"| {name} | {label}, max_tokens 48 | {timing} |")
         cold.shutdown()
         print(rows[-1], flush=True)
     model = load_model(f)

@@ -16,18 +16,21 @@ from __future__ import annotations
 import numpy as np
 from outlines_core import Guide, Index
 
+from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable, set_bits
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 
 
 class CompiledIndex:
-    """An outlines-core Index, a serial number that keys its masks, and which of its states end the output."""
+    """An outlines-core Index, a serial number that keys its masks, which of its states end the output, and how
+    far each state is from the end (its closing table)."""
 
-    __slots__ = ("index", "serial", "_terminal")
+    __slots__ = ("index", "serial", "closing", "_terminal")
 
-    def __init__(self, index: Index, serial: tuple[int, int]) -> None:
+    def __init__(self, index: Index, serial: tuple[int, int], closing: ClosingTable) -> None:
         self.index = index
         self.serial = serial
+        self.closing = closing
         self._terminal: dict[int, bool] = {}
 
     def terminal(self, state: int, eos_id: int) -> bool:
@@ -40,12 +43,26 @@ class CompiledIndex:
 
 
 class TurnConstraint:
-    """Walks a compiled plan; every phase after the first starts fresh on the token after its marker."""
+    """Walks a compiled plan; every phase after the first starts fresh on the token after its marker.
 
-    def __init__(self, plan: ConstraintPlan, indexes: dict[str, CompiledIndex], vocab: ConstraintVocabulary) -> None:
+    With a budget (the request's max_tokens), a step that could leave the output unable to close in the
+    tokens left is narrowed to the tokens that keep it closable (see constraint_budget): a forced call
+    or a JSON answer that fits the budget always closes, a free phase's marker that would open a call
+    with no room left to finish is not written, and an optional further call that cannot fit is not begun.
+    """
+
+    def __init__(
+        self,
+        plan: ConstraintPlan,
+        indexes: dict[str, CompiledIndex],
+        vocab: ConstraintVocabulary,
+        budget: int | None = None,
+    ) -> None:
         self._plan = plan
         self._indexes = indexes
         self._vocab = vocab
+        self._left = budget  # tokens the output may still take; None: no limit is known
+        self._after = self._finish_costs()  # _after[i]: fewest tokens to finish the plan from the start of phase i
         self._phase = -1
         self._guide: Guide | None = None
         self._tail = b""  # the end of the free text, as long as the marker could still be completing
@@ -53,17 +70,37 @@ class TurnConstraint:
         self._free_rest = False  # a container opened at a hole: nothing is restricted any more
         self._enter(0)
 
+    def closing_distance(self) -> int:
+        """Fewest tokens that finish what the plan demands from here (0 when the output may end now)."""
+        phase = self._current if self._phase < len(self._plan.phases) else None
+        if phase is None or self._free_rest:
+            return 0
+        if isinstance(phase, FreeText):
+            if phase.may_end:
+                return 0
+            return self._vocab.marker_cost(phase.marker.encode())[self._held(phase.marker.encode())] + self._next_cost
+        here = self._compiled.closing.distance(self._guide.get_state()) + self._next_cost
+        return min(1, here) if not self._started and phase.may_end_first else here
+
     def mask_key(self) -> tuple | None:
         """A name for the next step's allowed set; None when nothing is restricted."""
         if self._free_rest:
             return None
         phase = self._current
         if isinstance(phase, FreeText):
-            held = self._held(phase.marker.encode())
-            if phase.may_end and not self._vocab.banned(phase.marker.encode(), held, phase.enter):
+            marker = phase.marker.encode()
+            held = self._held(marker)
+            limit = self._free_limit(phase, marker, held)
+            if limit is not None:
+                return ("closing-marker", phase.marker, held, limit)
+            enter = phase.enter and not self._marker_cannot_fit(marker, held)
+            if phase.may_end and not self._vocab.banned(marker, held, enter):
                 return None
-            return ("free", phase.marker, held, phase.enter, phase.may_end)
+            return ("free", phase.marker, held, enter, phase.may_end)
         may_end = not self._started and phase.may_end_first
+        limit = self._guided_limit()
+        if limit is not None:
+            return ("closing", self._compiled.serial, self._guide.get_state(), limit, may_end)
         return ("guided", self._compiled.serial, self._guide.get_state(), may_end)
 
     def fill_mask(self, row: np.ndarray) -> None:
@@ -71,14 +108,30 @@ class TurnConstraint:
         phase = self._current
         if isinstance(phase, FreeText):
             marker = phase.marker.encode()
-            banned = list(self._vocab.banned(marker, self._held(marker), phase.enter))
+            held = self._held(marker)
+            limit = self._free_limit(phase, marker, held)
+            if limit is not None:
+                set_bits(row, np.array(self._vocab.marker_steps(marker, held, limit), dtype=np.int64))
+                return
+            enter = phase.enter and not self._marker_cannot_fit(marker, held)
+            banned = list(self._vocab.banned(marker, held, enter))
             if not phase.may_end:
                 banned += self._vocab.eog_ids
             row.fill(-1)
             _clear_bits(row, banned)
             return
+        may_end = not self._started and phase.may_end_first
+        limit = self._guided_limit()
+        if limit is not None:
+            state = self._guide.get_state()
+            set_bits(row, self._compiled.closing.allowed_within(state, limit).astype(np.int64))
+            if self._vocab.hole_id is not None:
+                _clear_bits(row, [self._vocab.hole_id])  # no container opens past the depth limit when time is short
+            if may_end or self._compiled.closing.is_final(state):
+                _set_bits(row, self._vocab.eog_ids)
+            return
         self._guide.write_mask_into(row.ctypes.data, row.size, 4)
-        if (not self._started and phase.may_end_first) or _bit(row, self._vocab.eos_id):
+        if may_end or _bit(row, self._vocab.eos_id):
             _set_bits(row, self._vocab.eog_ids)
         hole = self._vocab.hole_id
         if hole is not None and _bit(row, hole):
@@ -86,6 +139,8 @@ class TurnConstraint:
             _set_bits(row, self._vocab.container_openers)
 
     def advance(self, token_id: int) -> None:
+        if self._left is not None:
+            self._left -= 1
         if token_id in self._vocab.eog_ids or self._free_rest:
             return
         phase = self._current
@@ -104,6 +159,60 @@ class TurnConstraint:
         self._started = True
         if self._compiled.terminal(self._guide.get_state(), self._vocab.eos_id):
             self._enter(self._phase + 1)
+
+    def _guided_limit(self) -> int | None:
+        """None when any allowed token leaves room to close; else how near the end the next state must be.
+
+        An optional phase not yet begun may always end instead; a phase that cannot close in the tokens
+        left whatever is chosen is not narrowed (its output is cut by max_tokens, as it would be anyway)."""
+        if self._left is None:
+            return None
+        state = self._guide.get_state()
+        closing = self._compiled.closing
+        limit = self._left - 1 - self._next_cost  # the next state must be this near the end of the phase
+        if closing.worst(state) <= limit:
+            return None
+        optional = not self._started and self._current.may_end_first
+        if limit < closing.distance(state) - 1 and not optional:
+            return None
+        return max(limit, -1)
+
+    def _free_limit(self, phase: FreeText, marker: bytes, held: int) -> int | None:
+        """For a thought that must close before constrained output: None while a free token leaves room to write
+        the closer and what follows; else how many tokens may remain after the next one (the closer is forced)."""
+        if self._left is None or phase.may_end or not phase.enter:
+            return None
+        cost = self._vocab.marker_cost(marker)
+        limit = self._left - 1 - self._next_cost
+        if max(cost) <= limit or cost[held] > limit + 1:
+            return None
+        return limit
+
+    def _marker_cannot_fit(self, marker: bytes, held: int) -> bool:
+        """An optional marker (a call's opener in free text) with no room left to finish what it opens."""
+        if self._left is None or not self._current.may_end:
+            return False
+        return self._vocab.marker_cost(marker)[held] + self._next_cost > self._left
+
+    @property
+    def _next_cost(self) -> int:
+        return self._after[self._phase + 1]
+
+    def _finish_costs(self) -> list[int]:
+        phases = self._plan.phases
+        after = [0] * (len(phases) + 1)
+        if self._plan.loop_from is not None:  # the phase looped back to may end at its start (the end token)
+            after[-1] = 1 if isinstance(phases[self._plan.loop_from], Guided) else 0
+        for i in range(len(phases) - 1, -1, -1):
+            phase = phases[i]
+            if isinstance(phase, FreeText):
+                need = self._vocab.marker_cost(phase.marker.encode())[0] + after[i + 1] if phase.enter else 0
+                after[i] = 0 if phase.may_end else min(need, UNREACHABLE)
+                continue
+            compiled = self._indexes[phase.regex]
+            need = min(compiled.closing.distance(compiled.index.get_initial_state()) + after[i + 1], UNREACHABLE)
+            after[i] = min(1, need) if phase.may_end_first else need
+        return after
 
     def _opens_at_hole(self, token_id: int) -> bool:
         """A container opener the guide itself would not take, where the guide allows the hole."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from outlines_core import Index
 
 from lexi.chat.constraint import CompiledIndex, TurnConstraint
+from lexi.chat.constraint_budget import ClosingTable
 from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 
@@ -48,10 +49,11 @@ class ConstraintCompiler:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lexi-compile")
         self.compile_seconds: list[float] = []  # cold compile times, newest last (bench and metrics read them)
 
-    async def constraint(self, plan: ConstraintPlan) -> TurnConstraint:
-        """A fresh per-request constraint; ConstraintError when a regex cannot be compiled in time or at all."""
+    async def constraint(self, plan: ConstraintPlan, budget: int | None = None) -> TurnConstraint:
+        """A fresh per-request constraint that closes within `budget` tokens (max_tokens) where it can;
+        ConstraintError when a regex cannot be compiled in time or at all."""
         indexes = {regex: await self.index(regex) for regex in dict.fromkeys(plan.regexes)}
-        return TurnConstraint(plan, indexes, self.vocab)
+        return TurnConstraint(plan, indexes, self.vocab, budget)
 
     async def index(self, regex: str) -> CompiledIndex:
         future = self._cached_or_submit(regex)
@@ -94,6 +96,7 @@ class ConstraintCompiler:
         started = time.perf_counter()
         try:
             built = Index(regex, self.vocab.outlines)
+            closing = ClosingTable(built, self.vocab.eos_id)
         except Exception as exc:  # outlines-core raises plain errors for regexes it cannot take
             with self._lock:
                 self._running.pop(regex, None)
@@ -103,7 +106,7 @@ class ConstraintCompiler:
             del self.compile_seconds[:-256]
             self._running.pop(regex, None)
             self._serial += 1  # never reused, even after eviction
-            index = self._cache[regex] = CompiledIndex(built, (self._namespace, self._serial))
+            index = self._cache[regex] = CompiledIndex(built, (self._namespace, self._serial), closing)
             while len(self._cache) > self.config.cache_size:
                 self._cache.popitem(last=False)
         return index

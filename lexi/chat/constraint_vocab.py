@@ -16,6 +16,8 @@ import threading
 
 from outlines_core import Vocabulary
 
+from lexi.chat.constraint_budget import fewest_tokens
+
 _SPACE = b" \t\r\n"
 
 
@@ -39,12 +41,14 @@ class ConstraintVocabulary:
             self._text_ids.append(token_id)
             if b"\x00" not in raw:  # JSON text never holds a raw NUL: that byte is the hole's alone
                 table.setdefault(raw, []).append(token_id)
+        self.ids_of_bytes = dict(table)  # text tokens by their bytes: what spells a marker, and how briefly
         if self.hole_id is not None:
             table[b"\x00"] = [self.hole_id]
         self.outlines = Vocabulary(self.eos_id, table)
         # tokens that open a JSON container: what a hole lets the model write
         self.container_openers = tuple(i for i in self._text_ids if self.token_bytes[i][:1] in (b"[", b"{"))
         self._banned: dict[tuple[bytes, int, bool], tuple[int, ...]] = {}
+        self._spelled: dict[bytes, tuple[int, ...]] = {}
         self._lock = threading.Lock()
 
     def banned(self, marker: bytes, held: int, enter: bool) -> tuple[int, ...]:
@@ -70,3 +74,23 @@ class ConstraintVocabulary:
         with self._lock:
             self._banned[key] = found
         return found
+
+    def marker_cost(self, marker: bytes) -> tuple[int, ...]:
+        """For each length `held` already written, the fewest tokens that write the rest of `marker`."""
+        with self._lock:
+            found = self._spelled.get(marker)
+        if found is None:
+            found = tuple(fewest_tokens(marker[held:], self.ids_of_bytes) for held in range(len(marker)))
+            with self._lock:
+                self._spelled[marker] = found
+        return found
+
+    def marker_steps(self, marker: bytes, held: int, limit: int) -> list[int]:
+        """Tokens that write the next part of `marker` after marker[:held], leaving at most `limit` tokens to go."""
+        cost = self.marker_cost(marker)
+        out = []
+        for end in range(held + 1, len(marker) + 1):
+            left = cost[end] if end < len(marker) else 0
+            if left <= limit:
+                out += self.ids_of_bytes.get(marker[held:end], [])
+        return out

@@ -94,7 +94,7 @@ class ChatOutput:
                 self._parsed(events, self._parser.feed(piece), finish_reason)
         if final and self._parser is not None:
             self._parsed(events, self._parser.finish(), finish_reason)
-            if self._tools.forced and not self.calls:
+            if self._tools.forced and not self.calls and finish_reason != "length":
                 raise ToolCallError("tool_choice requires a tool call, and the model's answer holds none")
         if final and not self._reasoned:
             self.reasoning_tokens = 0
@@ -134,17 +134,19 @@ class ChatOutput:
                 self._after_call = True
                 continue
             self._after_call = False
+            if not piece.closed and self._cut_short_call(finish_reason):
+                continue  # a forced turn's output is only ever calls: a fragment of one is not text
             if self._tools.forced and not self.calls:
                 raise ToolCallError(f"tool_choice requires a valid tool call, and {outcome}")
-            if not piece.closed and self._cut_short_call(finish_reason):
-                continue  # what follows a forced call is only ever calls: a fragment of one is not text
             # a look-alike: the assistant's text
             _append(events, OutputEvent("content", piece.lead + piece.raw))
 
     def _cut_short_call(self, finish_reason: str | None) -> bool:
-        """Under a forced tool_choice, once a call is made, the output can only go on with calls: if max_tokens
-        ends it, the unfinished rest is a call cut short (dropped; finish_reason "length" says so), not text."""
-        return finish_reason == "length" and self._tools.forced and bool(self.calls)
+        """Under a forced tool_choice the output is only ever calls: if max_tokens ends it, the unfinished rest is
+        a call cut short (dropped; finish_reason "length" says so), not text. The constraint closes every call
+        that fits the budget, so a first call is cut only when even the shortest one could not fit: then the
+        answer is OpenAI's for that case, no call and empty content."""
+        return finish_reason == "length" and self._tools.forced
 
     def _read(self, block: CallBlock, finish_reason: str | None) -> ToolCall | str:
         if not block.closed and finish_reason != "stop":

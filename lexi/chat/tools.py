@@ -71,8 +71,9 @@ class ToolSet:
 
     @property
     def call_limit(self) -> int | None:
-        """Calls one answer may hold: 1 without parallel calls, else max_calls (None: no limit)."""
-        return 1 if not self.parallel else self.max_calls
+        """Calls one answer may hold: 1 for a named tool_choice (OpenAI returns exactly one call of it) or without
+        parallel calls, else max_calls (None: no limit)."""
+        return 1 if not self.parallel or self.choice.mode == "function" else self.max_calls
 
     def get(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -110,15 +110,20 @@ def test_malformed_tools_are_400_naming_the_param(client, fields, param):
     assert info.value.body["param"] == param, info.value.body
 
 
-def test_a_forced_call_the_model_cannot_finish_is_422_never_a_fake_call(server, client):
-    """max_tokens cuts the forced call short: the request fails (422), whole or streamed."""
-    with pytest.raises(openai.UnprocessableEntityError) as info:
-        client.chat.completions.create(model="main", messages=ASK, tools=[WEATHER], tool_choice=FORCED, max_tokens=4)
-    assert info.value.body["code"] == "invalid_tool_call" and info.value.body["param"] == "tool_choice"
+def test_a_forced_call_that_cannot_fit_max_tokens_is_length_with_no_call(server, client):
+    """max_tokens 4 fits no call: OpenAI's answer (vLLM's test_max_tokens_with_tool_choice_required) is 200,
+    finish_reason "length", no tool_calls, empty content; whole or streamed, never a fake call or a fragment."""
+    reply = client.chat.completions.create(
+        model="main", messages=ASK, tools=[WEATHER], tool_choice=FORCED, max_tokens=4
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls and choice.message.content == ""
     body = {"messages": ASK, "tools": [WEATHER], "tool_choice": FORCED, "max_tokens": 4, "stream": True}
     frames = stream_data(server, body)
-    assert "error" in frames[-1] and frames[-1]["error"]["code"] == "invalid_tool_call"
-    assert not any(f.get("choices") and "tool_calls" in f["choices"][0]["delta"] for f in frames[:-1])
+    assert not any("error" in f for f in frames)
+    deltas = [f["choices"][0] for f in frames if f.get("choices")]
+    assert not any("tool_calls" in d["delta"] or d["delta"].get("content") for d in deltas)
+    assert deltas[-1]["finish_reason"] == "length"
 
 
 def test_streamed_deltas_assemble_to_the_same_calls(tools_server, client_for):

@@ -239,12 +239,13 @@ class GenerationRoute(Route):
         await self.stream.start()
         return self.stream
 
-    async def compile_constraint(self, turn: ChatTurn) -> TurnConstraint | None:
-        """The turn's output constraint, compiled off the event loop (a 400 saying why when it cannot be)."""
+    async def compile_constraint(self, turn: ChatTurn, max_tokens: int) -> TurnConstraint | None:
+        """The turn's output constraint, closing within `max_tokens`, compiled off the event loop (a 400 saying why
+        when it cannot be)."""
         if turn.plan is None:
             return None
         try:
-            return await self.state.runtime.constraints.constraint(turn.plan)
+            return await self.state.runtime.constraints.constraint(turn.plan, max_tokens)
         except ConstraintError as exc:
             c = turn.conversation
             param = exc.param or ("response_format" if c.response_format and c.response_format.is_json else "tools")

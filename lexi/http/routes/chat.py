@@ -43,7 +43,7 @@ class ChatCompletionsRoute(GenerationRoute):
         self.check_choices(req.sampling.n)
         turn = chat_turn(state, req.conversation)
         params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-        constraints = [await self.compile_constraint(turn) for _ in range(req.sampling.n)]
+        constraints = [await self.compile_constraint(turn, params.max_tokens) for _ in range(req.sampling.n)]
         requests = choice_requests(turn.prompt.ids, params, req.sampling.n, constraints if turn.plan else None)
         stream = await self.start_generation(requests)
         if req.stream:
@@ -85,8 +85,10 @@ class ChatCompletionsRoute(GenerationRoute):
         outputs = [turn.output() for _ in range(n)]
         logprobs = [ContentLogprobs(tokenizer) for _ in range(n)]
         chunks = ChatChunks(model, self.state.fingerprint, req.include_usage)
-        for i in range(n):
-            yield frame(chunks.chunk(i, {"role": "assistant", "content": ""}))
+        tools = req.conversation.tools
+        first = {"role": "assistant", "content": None if tools is not None and tools.forced else ""}
+        for i in range(n):  # a forced call's first delta carries no text, as OpenAI's does
+            yield frame(chunks.chunk(i, first))
         async for i, delta, events in output_events(stream, outputs):
             attached = logprobs[i].feed(delta.logprobs, events, outputs[i].fed_reasoning)
             for event, tokens in zip(events, attached, strict=True):

@@ -53,7 +53,7 @@ class ResponsesRoute(GenerationRoute):
         try:
             turn = chat_turn(state, req.conversation)
             params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-            constraint = await self.compile_constraint(turn)
+            constraint = await self.compile_constraint(turn, params.max_tokens)
             stream = await self.start_generation(choice_requests(turn.prompt.ids, params, 1, [constraint]))
         except ApiError as exc:
             raise _renamed(exc) from None

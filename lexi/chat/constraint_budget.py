@@ -1,0 +1,95 @@
+"""How many tokens each state of a compiled constraint is from closing, so output can close within max_tokens.
+
+A forced call or a JSON answer that runs out of tokens is worth nothing to the client. Each compiled
+index gets a table, built once on the compiler's thread from the index's own token transitions: the
+fewest tokens from every state to a state that ends the phase (a terminal state: 0; an accepting state
+that could go on: 1, the end-of-output token), the same figure for the state after each allowed
+token, and the worst of those per state. While the tokens left cover the worst next state, a step is
+free; past that, only tokens whose next state can still close in time are allowed, so output that can
+close within the budget always does. Exact over the whole vocabulary (not a byte-level estimate): a
+token that opens a long optional part is a jump a per-byte bound would miss.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from outlines_core import Index
+
+UNREACHABLE = 1 << 30  # a state from which the phase cannot end
+
+
+class ClosingTable:
+    """Token distances to the end of one compiled regex's phase, per state and per allowed token."""
+
+    __slots__ = ("_row", "_distance", "_worst", "_tokens", "_next", "_final")
+
+    def __init__(self, index: Index, eos_id: int) -> None:
+        transitions = index.get_transitions()
+        final = set(index.get_final_states())
+        states = sorted(set(transitions) | final | {index.get_initial_state()})
+        known = np.array(states, dtype=np.int64)
+        row = {s: i for i, s in enumerate(states)}
+        tokens, targets = [], []
+        for s in states:
+            edges = transitions.get(s, {})
+            edges.pop(eos_id, None)  # the end of output is not a move: accepting states say so below
+            tokens.append(np.fromiter(edges.keys(), np.int64, len(edges)))
+            targets.append(np.searchsorted(known, np.fromiter(edges.values(), np.int64, len(edges))))
+        distance = np.full(len(states), UNREACHABLE, dtype=np.int64)
+        for s in final:
+            distance[row[s]] = 0 if len(tokens[row[s]]) == 0 else 1
+        src = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t in enumerate(targets)])
+        dst = np.concatenate(targets)
+        pairs = np.unique(src * len(states) + dst)  # one edge per pair of states: tokens collapse
+        src, dst = pairs // len(states), pairs % len(states)
+        while True:  # shortest paths in tokens: relax until nothing shortens (at most the longest path's rounds)
+            relaxed = distance.copy()
+            np.minimum.at(relaxed, src, np.minimum(distance[dst] + 1, UNREACHABLE))
+            if np.array_equal(relaxed, distance):
+                break
+            distance = relaxed
+        self._row = row
+        self._distance = distance
+        self._final = {row[s] for s in final}
+        self._tokens, self._next, worst = [], [], np.zeros(len(states), dtype=np.int64)
+        for i, (ids, to) in enumerate(zip(tokens, targets, strict=True)):
+            after = distance[to]
+            order = np.argsort(after, kind="stable")
+            self._tokens.append(ids[order].astype(np.int32))
+            self._next.append(after[order])
+            worst[i] = after.max() if len(after) else 0
+        self._worst = worst
+
+    def distance(self, state: int) -> int:
+        """Fewest tokens from `state` to the end of the phase."""
+        return int(self._distance[self._row[state]])
+
+    def worst(self, state: int) -> int:
+        """The largest distance any allowed token leads to: with more tokens left than that, a step is free."""
+        return int(self._worst[self._row[state]])
+
+    def is_final(self, state: int) -> bool:
+        return self._row[state] in self._final
+
+    def allowed_within(self, state: int, limit: int) -> np.ndarray:
+        """The tokens from `state` whose next state is at most `limit` tokens from the end."""
+        i = self._row[state]
+        return self._tokens[i][: np.searchsorted(self._next[i], limit, side="right")]
+
+
+def fewest_tokens(text: bytes, ids_of: dict[bytes, list[int]]) -> int:
+    """The fewest vocabulary tokens that spell `text` exactly (UNREACHABLE when none do)."""
+    best = [0] + [UNREACHABLE] * len(text)
+    longest = max((len(b) for b in ids_of), default=1)
+    for end in range(1, len(text) + 1):
+        for start in range(max(0, end - longest), end):
+            if best[start] + 1 < best[end] and text[start:end] in ids_of:
+                best[end] = best[start] + 1
+    return best[len(text)]
+
+
+def set_bits(row: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of `ids` in a packed int32 row (token t = bit t%32 of word t//32)."""
+    flags = np.zeros(row.size * 32, dtype=bool)
+    flags[ids[ids < flags.size]] = True
+    row |= np.packbits(flags, bitorder="little").view(np.int32)

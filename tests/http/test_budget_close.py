@@ -1,0 +1,137 @@
+"""Forced calls and JSON answers close within max_tokens, over the real server and the openai client.
+
+At temperature 1 over several seeds, with budgets that fit a call but not a rambling one: every forced call
+comes back valid (no 422), every json_object answer parses, a budget no call fits is OpenAI's 200 "length"
+with no call and empty content, and a named tool_choice yields exactly one call.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from test_constrained import function, per_seed
+
+MESSAGE = {
+    "type": "object",
+    "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+    "required": ["to", "body"],
+}
+LOOKUP = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+ASK = [{"role": "user", "content": "Write a long, warm letter to my grandmother about the garden, then send it."}]
+SEEDS = range(8)
+
+
+@pytest.fixture(scope="module")
+def tools_client(tools_server, client_for):
+    client = client_for(tools_server)
+    return client, client.models.list().data[0].id
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "send_message"}}], ids=["required", "named"]
+)
+def test_forced_calls_with_open_strings_fit_60_tokens(tools_client, choice):
+    client, model = tools_client
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=ASK,
+            tools=[function("send_message", MESSAGE), function("lookup", LOOKUP)],
+            tool_choice=choice,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=60,
+        ),
+        SEEDS,
+    )
+    for reply in replies:
+        calls = reply.choices[0].message.tool_calls
+        assert calls, reply
+        for call in calls:
+            jsonschema.validate(
+                json.loads(call.function.arguments), {"send_message": MESSAGE, "lookup": LOOKUP}[call.function.name]
+            )
+        assert reply.usage.completion_tokens <= 60
+        if isinstance(choice, dict):
+            assert [c.function.name for c in calls] == ["send_message"]
+            assert reply.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_named_choice_is_exactly_one_call_even_with_parallel_calls_on(tools_client):
+    client, model = tools_client
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Look up the weather in Paris, Rome and Oslo."}],
+            tools=[function("lookup", LOOKUP)],
+            tool_choice={"type": "function", "function": {"name": "lookup"}},
+            parallel_tool_calls=True,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=120,
+        ),
+        range(4),
+    )
+    for reply in replies:
+        assert [c.function.name for c in reply.choices[0].message.tool_calls] == ["lookup"]
+        assert reply.choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_no_call_fits_one_token_so_the_answer_is_length_without_a_call(tools_client, stream):
+    client, model = tools_client
+    fields = dict(
+        model=model, messages=ASK, tools=[function("send_message", MESSAGE)], tool_choice="required", max_tokens=1
+    )
+    if not stream:
+        reply = client.chat.completions.create(**fields)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "length"
+        assert not choice.message.tool_calls
+        assert choice.message.content == ""
+        return
+    chunks = list(client.chat.completions.create(**fields, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert deltas[0].role == "assistant" and deltas[0].content is None  # a forced call's first delta: no text
+    assert not any(d.tool_calls for d in deltas)
+    assert not "".join(d.content or "" for d in deltas)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_json_object_answers_in_48_tokens_always_parse(tools_client):
+    client, model = tools_client
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Describe your favourite city in detail, as JSON."}],
+            response_format={"type": "json_object"},
+            temperature=1.0,
+            seed=seed,
+            max_tokens=48,
+        ),
+        range(9),
+    )
+    for reply in replies:
+        assert reply.choices[0].finish_reason == "stop", reply
+        assert isinstance(json.loads(reply.choices[0].message.content), dict)
+        assert reply.usage.completion_tokens <= 48
+
+
+def test_responses_forced_call_fits_its_max_output_tokens(tools_client):
+    client, model = tools_client
+    tool = {"type": "function", "name": "send_message", "parameters": MESSAGE}
+    for seed in range(3):
+        reply = client.responses.create(
+            model=model,
+            input=ASK[0]["content"],
+            tools=[tool],
+            tool_choice="required",
+            temperature=1.0,
+            max_output_tokens=60,
+            extra_body={"seed": seed},
+        )
+        calls = [item for item in reply.output if item.type == "function_call"]
+        assert calls and reply.status == "completed", reply
+        jsonschema.validate(json.loads(calls[0].arguments), MESSAGE)
