@@ -4,6 +4,8 @@ The request becomes a chat conversation (`instructions` first, function calls an
 tool messages), rendered by the same template and read by the same output pipeline as
 /v1/chat/completions, so greedy output is the same text and the same calls. Auth, the 503 while
 loading, busy 429s and the abort on disconnect come from GenerationRoute as on every generation route.
+With `store` (the default) the finished response is kept (lexi.http.response_store) under the caller's key,
+and `previous_response_id` puts a kept response's input and output items before this request's input.
 """
 
 from __future__ import annotations
