@@ -136,6 +136,14 @@ def _json_object(ctx, param, value):
     help="Access and engine logs on stderr: text lines, or one JSON object a line.",
 )
 @click.option(
+    "--responses-store",
+    type=click.IntRange(0, 1_000_000),
+    default=1024,
+    show_default=True,
+    help="Responses kept in memory for previous_response_id and GET/DELETE /v1/responses/{id} (least recently "
+    "used out); 0 keeps none.",
+)
+@click.option(
     "--replicas",
     type=click.IntRange(1, 1024),
     default=1,
@@ -182,6 +190,7 @@ def serve_command(**opts) -> None:
             allowed_origins=opts["allowed_origins"],
             shutdown_timeout=opts["shutdown_timeout"],
             log_format=opts["log_format"],
+            responses_store=opts["responses_store"],
         )
         sampling = SamplingDefaults(
             temp=opts["temp"],

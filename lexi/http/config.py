@@ -13,6 +13,7 @@ from typing import Any
 from lexi.chat.template import check_template_kwargs
 from lexi.http.cors import parse_origins
 from lexi.http.logs import LOG_FORMATS
+from lexi.http.response_store import MAX_STORED
 
 REASONING_FORMATS = ("auto", "none")
 
@@ -63,6 +64,7 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()  # --allowed-origins (repeatable, comma lists; * = any): CORS for browsers
     shutdown_timeout: float = 30.0  # --shutdown-timeout: seconds running requests get to finish on SIGTERM/SIGINT
     log_format: str = "text"  # --log-format text|json: the access and engine logs on stderr
+    responses_store: int = 1024  # --responses-store: stored Responses kept in memory (LRU); 0 stores none
 
     def __post_init__(self) -> None:
         if self.reasoning_format not in REASONING_FORMATS:
@@ -83,6 +85,8 @@ class ServerConfig:
             raise ValueError(f"--shutdown-timeout must be in [0, 3600] seconds, got {self.shutdown_timeout}")
         if self.log_format not in LOG_FORMATS:
             raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+        if isinstance(self.responses_store, bool) or not 0 <= self.responses_store <= MAX_STORED:
+            raise ValueError(f"--responses-store must be in [0, {MAX_STORED}], got {self.responses_store!r}")
         object.__setattr__(self, "allowed_origins", parse_origins(self.allowed_origins))
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")

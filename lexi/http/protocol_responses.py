@@ -3,9 +3,11 @@
 The route shares the chat route's template, sampling rules, tool rules and model names; what differs
 is the request's shape. Function tools come flat (`{"type": "function", "name", "parameters", ...}`),
 and earlier calls and their results arrive as `function_call` / `function_call_output` input items,
-which become the chat route's assistant `tool_calls` and `tool` messages. Nothing is stored, so the
-fields that only make sense with stored responses (`previous_response_id`, `conversation`,
-`background`, `store: true`, ...) and built-in tools are refused with a 400 naming them rather than
+which become the chat route's assistant `tool_calls` and `tool` messages. A request that continues a
+stored response (`previous_response_id`) is parsed as if its history (that response's input items, then
+its output items) came before its own input, so tool pairing spans both; its `instructions` are not
+carried over, as OpenAI documents. Fields that need what this server does not keep (`conversation`,
+stored `prompt`s, `background`) and built-in tools are refused with a 400 naming them rather than
 silently ignored: a client that relies on them would otherwise get a different answer than it asked
 for without knowing.
 """
@@ -47,15 +49,14 @@ RESPONSES_FIELDS = (
 )  # fmt: skip
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ITEM_FIELDS = {  # what each input item may carry (ids and statuses come back with items a client echoes)
-    "message": ("type", "role", "content", "id", "status"),
+    "message": ("type", "role", "content", "id", "status", "phase"),
     "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
     "function_call_output": ("type", "call_id", "output", "id", "status"),
     "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
 }
+PHASES = ("commentary", "final_answer")  # an assistant message's phase: templates that read it get it as "phase"
 UNSUPPORTED = {
-    "previous_response_id": "responses are not stored, so there is no earlier response to continue; send the "
-    "whole conversation in input",
-    "conversation": "conversations are not stored; send the whole conversation in input",
+    "conversation": "conversations are not stored; send the whole conversation in input, or previous_response_id",
     "prompt": "stored prompt templates are not supported; send the prompt in input",
 }
 
@@ -75,18 +76,44 @@ class ResponsesRequest:
     top_logprobs: int | None  # as echoed
     max_tool_calls: int | None
     identifiers: dict[str, Any]  # user, safety_identifier, prompt_cache_key, service_tier: echoed as sent
+    store: bool  # keep the response (default true, as OpenAI's; false on a server that stores nothing)
+    previous_response_id: str | None  # as echoed
+    items: list[dict[str, Any]]  # the continued response's history, then this input: what a stored response keeps
 
 
-def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) -> ResponsesRequest:
+def previous_response_id(body: dict[str, Any], storing: bool) -> str | None:
+    """The id a request continues, checked before it is looked up (the lookup needs the store, the parse does not)."""
+    f = Fields(body)
+    response_id = f.string("previous_response_id")
+    if response_id is not None and not storing:
+        f.fail(
+            "previous_response_id",
+            "is not supported: this server keeps no responses (--responses-store 0); send the whole conversation "
+            "in input",
+            code=UNSUPPORTED_PARAMETER,
+        )
+    return response_id
+
+
+def parse_responses_request(
+    body: dict[str, Any],
+    defaults: SamplingDefaults,
+    history: list[dict[str, Any]] | None = None,
+    storing: bool = True,
+) -> ResponsesRequest:
+    """`history`: the items of the response named by previous_response_id (StoredResponse.history()), already
+    looked up; `storing`: whether this server keeps responses at all (--responses-store > 0)."""
     refuse_unknown(body, RESPONSES_FIELDS)
     f = Fields(body)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         f.fail("model", "must be a string")
     _refuse_unsupported(f)
+    store = _store(f, storing)
     instructions = f.string("instructions")
+    items = [*(history or []), *_input_items(body.get("input"))]
     messages = [{"role": "system", "content": instructions}] if instructions is not None else []
-    messages += _input(body.get("input"))
+    messages += _input(items, len(history or []))
     if not messages:
         raise bad_request("input holds no message", param="input")
     max_output_tokens = f.integer("max_output_tokens", 1, 1 << 20)
@@ -126,7 +153,22 @@ def parse_responses_request(body: dict[str, Any], defaults: SamplingDefaults) ->
         max_tool_calls=max_tool_calls,
         identifiers={key: f.string(key) for key in ("user", "safety_identifier", "prompt_cache_key")}
         | {"service_tier": _service_tier(f)},
+        store=store,
+        previous_response_id=previous_response_id(body, storing),
+        items=items,
     )
+
+
+def _store(f: Fields, storing: bool) -> bool:
+    """store defaults to true, as on OpenAI; a server started with --responses-store 0 keeps nothing, so an
+    explicit true is refused there and an omitted one reads false."""
+    if not storing and f.boolean("store"):
+        f.fail(
+            "store",
+            "true is not supported: this server keeps no responses (--responses-store 0); send store: false or omit it",
+            code=UNSUPPORTED_VALUE,
+        )
+    return f.boolean("store", default=storing)
 
 
 def _metadata(f: Fields) -> dict[str, str]:
@@ -207,12 +249,6 @@ def _refuse_unsupported(f: Fields) -> None:
     for key, why in UNSUPPORTED.items():
         if f.present(key):
             f.fail(key, f"is not supported: {why}", code=UNSUPPORTED_PARAMETER)
-    if f.boolean("store", default=False):
-        f.fail(
-            "store",
-            "true is not supported: this server stores nothing; send store: false or omit it",
-            code=UNSUPPORTED_VALUE,
-        )
     if f.boolean("background"):
         f.fail(
             "background",
@@ -272,18 +308,25 @@ def _reasoning_effort(f: Fields) -> str | None:
     return r.string("effort", choices=REASONING_EFFORTS)
 
 
-def _input(raw: Any) -> list[dict[str, Any]]:
-    """Message items as chat messages; function_call items join the assistant turn before them (or open
-    one), function_call_output items become tool messages named after their call."""
+def _input_items(raw: Any) -> list[dict[str, Any]]:
+    """`input` as a list of items (a string is one user message)."""
     if isinstance(raw, str):
-        return [{"role": "user", "content": raw}]
+        return [{"type": "message", "role": "user", "content": raw}]
     if not isinstance(raw, list) or not raw:
         raise bad_request("input must be a string or a non-empty array of input items", param="input")
+    return raw
+
+
+def _input(raw: list[Any], continued: int = 0) -> list[dict[str, Any]]:
+    """Message items as chat messages; function_call items join the assistant turn before them (or open
+    one), function_call_output items become tool messages named after their call. The first `continued`
+    items are the continued response's (checked when it was stored): a fault there names previous_response_id."""
     messages: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
     steps: list[Step] = []
     for i, item in enumerate(raw):
-        where = f"input[{i}]"
+        where = f"input[{i - continued}]" if i >= continued else "previous_response_id"
+        call_param = f"{where}.call_id" if i >= continued else where  # what a pairing fault names
         if not isinstance(item, dict):
             raise bad_request(f"{where} must be an object", param=where)
         f = Fields(item, where + ".")
@@ -296,11 +339,17 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             role = f.string("role")
             if role not in ROLES:
                 f.fail("role", f"must be one of {', '.join(ROLES)}")
-            messages.append({"role": "system" if role == "developer" else role, "content": _content(f)})
+            message = {"role": "system" if role == "developer" else role, "content": _content(f)}
+            phase = f.string("phase", choices=PHASES)
+            if phase is not None:
+                if role != "assistant":
+                    f.fail("phase", f"is only taken on an assistant message, got one on a {role} message")
+                message["phase"] = phase
+            messages.append(message)
             steps.append(Step("other", where))
         elif kind == "function_call":
             call_id, name = _required_string(f, "call_id"), _required_string(f, "name")
-            steps.append(Step("call", f"{where}.call_id", call_id))
+            steps.append(Step("call", call_param, call_id))
             names[call_id] = name
             call = tool_call_entry(call_id, name, _required_string(f, "arguments"), f.name("arguments"))
             if not messages or messages[-1]["role"] != "assistant":
@@ -308,7 +357,7 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             messages[-1].setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             call_id = _required_string(f, "call_id")
-            steps.append(Step("result", f"{where}.call_id", call_id))
+            steps.append(Step("result", call_param, call_id))
             message = {"role": "tool", "content": _output(f), "tool_call_id": call_id}
             if call_id in names:
                 message["name"] = names[call_id]

@@ -28,6 +28,7 @@ from lexi.http.exchange import Headers, Reply, Request
 from lexi.http.heap_trim import HeapTrimming
 from lexi.http.logs import REQUEST_ID_HEADER, configure_logging, log_access
 from lexi.http.ray_board import REPORT_S, Admission, Cluster
+from lexi.http.ray_store import RemoteResponses
 from lexi.http.routes import open_route
 from lexi.http.routes.base import GenerationRoute, Route
 from lexi.http.sse import frame
@@ -52,6 +53,14 @@ class ReplicaSettings:
     deterministic: bool  # --deterministic
     kernels: str  # --kernels
     activations: str = "int16"  # --activations
+    responses: str = ""  # the stored Responses' actor's name (lexi.http.ray_store); "" keeps a store per process
+
+
+def _share_responses(state: ServerState, settings: ReplicaSettings) -> None:
+    """The one store every process reads and writes (a continuation may reach any replica)."""
+    if settings.responses:
+        actor = ray.get_actor(settings.responses, namespace=ray.get_runtime_context().namespace)
+        state.responses = RemoteResponses(actor)
 
 
 def _busy() -> ApiError:
@@ -100,6 +109,7 @@ class LexiReplica:
         self.replica = serve.get_replica_context().replica_id.unique_id
         state, gguf_file = prepare_state(settings.config, settings.sampling, settings.engine_config)
         self.board = ray.get_actor(settings.board, namespace=ray.get_runtime_context().namespace)
+        _share_responses(state, settings)
         state.metrics.replica_info(self.replica, os.getpid())
         self.state = state
         self._stop = threading.Event()
@@ -179,6 +189,7 @@ class LexiIngress:
         configure_logging(settings.config.log_format)
         self.state: ServerState
         self.state, _ = prepare_state(settings.config, settings.sampling, settings.engine_config)
+        _share_responses(self.state, settings)
         board = ray.get_actor(settings.board, namespace=ray.get_runtime_context().namespace)
         self.cluster = self.state.cluster = Cluster(settings.replicas, board)
         self.replicas = replicas.options(stream=True)

@@ -15,11 +15,12 @@ and spreads unchanged over a Ray cluster. Two deployments make one application:
 
 /health and /metrics speak for every replica: each reports to a small `Board` actor (created by the
 command) every `REPORT_S` seconds once its model is loaded; /health is 200 once every replica has, and
-/metrics merges every replica's series with a `replica` label. A replica that dies mid-request fails that
-request with an error the client can read (a 503 body, or a last error frame on a stream), and Ray starts
-another. This module is the command; the deployments are in lexi.http.ray_deployments (the only module
-that sees Starlette), the board and the slots in lexi.http.ray_board. Only `serve --replicas N` with
-N > 1 imports any of them.
+/metrics merges every replica's series with a `replica` label. Stored Responses live in one more actor
+that the ingress and every replica share (lexi.http.ray_store), so a continuation may land on any replica.
+A replica that dies mid-request fails that request with an error the client can read (a 503 body, or a
+last error frame on a stream), and Ray starts another. This module is the command; the deployments are in
+lexi.http.ray_deployments (the only module that sees Starlette), the board and the slots in lexi.http.ray_board.
+Only `serve --replicas N` with N > 1 imports any of them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from lexi.engine.config import EngineConfig
 from lexi.http.config import SamplingDefaults, ServerConfig
 from lexi.http.ray_board import Board
 from lexi.http.ray_deployments import LexiIngress, LexiReplica, ReplicaSettings
+from lexi.http.ray_store import ResponsesActor
 from lexi.http.server import url_host
 from lexi.http.state import prepare_state
 
@@ -101,6 +103,9 @@ def serve_replicas(
             actor_options["num_gpus"] = 1
         board_name = f"lexi-board-{os.getpid()}"
         board = Board.options(name=board_name).remote()
+        responses_name = f"lexi-responses-{os.getpid()}"
+        # held until the service stops: a named actor lives while a handle to it does (the others look it up)
+        responses = ResponsesActor.options(name=responses_name).remote(config.responses_store)  # noqa: F841
         device = "cuda" if gpus else "cpu"
         settings = ReplicaSettings(
             config,
@@ -113,6 +118,7 @@ def serve_replicas(
             load["deterministic"],
             load["kernels"],
             load["activations"],
+            responses_name,
         )
         quiet = {"enable_access_log": False, "encoding": "JSON" if json_logs else "TEXT"}
         model = serve.deployment(

@@ -24,6 +24,7 @@ from lexi.http.cors import CorsPolicy
 from lexi.http.drain import Drain
 from lexi.http.metrics import Metrics
 from lexi.http.names import ModelNames
+from lexi.http.response_store import ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,16 @@ class ServerState:
     load_error: str | None = None
     cluster: Any = None  # lexi.http.ray_serve.Cluster at the entry to N replicas: /health and /metrics span them
     drain: Drain = field(default_factory=Drain)  # requests still running; set draining on SIGTERM/SIGINT
+    # the stored Responses: this process's ResponseStore, or under Ray the one actor every process shares
+    responses: Any = None
     metrics: Metrics = field(init=False)
     cors: CorsPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(lambda: self.runtime.engine.stats if self.runtime else None)
         self.cors = CorsPolicy(self.config.allowed_origins)
+        if self.responses is None:
+            self.responses = ResponseStore(self.config.responses_store)
 
     @property
     def ready(self) -> bool:

@@ -29,13 +29,15 @@ VALID = {
     "/v1/responses": {
         "model": "fuzz", "input": [{"role": "user", "content": "Hi"}], "instructions": "Be brief.",
         "max_output_tokens": 2, "temperature": 0, "metadata": {"k": "v"}, "text": {"format": {"type": "text"}},
-        "stream": False,
+        "stream": False, "store": True,
     },
     "/tokenize": {"content": "Hello", "add_special": False, "with_pieces": True},
     "/detokenize": {"tokens": [19556, 905]},
     "/apply-template": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True},
 }  # fmt: skip
-OTHER_ROUTES_FIELDS = ["prompt", "messages", "input", "max_output_tokens", "echo", "tokens", "content", "suffix"]
+OTHER_ROUTES_FIELDS = [
+    "prompt", "messages", "input", "max_output_tokens", "echo", "tokens", "content", "suffix", "previous_response_id",
+]  # fmt: skip
 
 HOSTILE = st.one_of(
     st.none(),

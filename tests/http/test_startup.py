@@ -27,6 +27,8 @@ from lexi.chat.template import MAX_TEMPLATE_BYTES
         ("--n-predict", "0"),
         ("--n-predict", "131073"),
         ("--queue-wait", "-1"),
+        ("--responses-store", "-1"),
+        ("--responses-store", "1000001"),
         ("--port", "70000"),
         ("--parallel", "0"),
         ("--reasoning-format", "deepseek"),

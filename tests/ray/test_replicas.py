@@ -192,3 +192,29 @@ def test_a_killed_replica_is_replaced_and_its_request_fails_clearly(ray_server, 
         assert time.monotonic() < deadline, f"no replacement replica: {now}"
         time.sleep(1)
     assert stream.replica not in now  # a new replica, with a new id
+
+
+def test_stored_responses_are_shared_by_every_replica(ray_server):
+    """A chain of continuations, each stored by the replica that answered it and found by whichever answers
+    the next (both replicas serve some of them); GET and DELETE are answered by the ingress."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    url = ray_server.url + "/v1/responses"
+    status, body, got = request("POST", url, {"input": "My name is Ada.", "max_output_tokens": 2}, headers)
+    assert status == 200 and body["store"] is True, body
+    served, previous = {got["x-lexi-replica"]}, body
+    for turn in range(10):
+        fields = {"input": f"Turn {turn}.", "max_output_tokens": 2, "previous_response_id": previous["id"]}
+        status, body, got = request("POST", url, fields, headers)
+        assert status == 200 and body["previous_response_id"] == previous["id"], body
+        assert body["usage"]["input_tokens"] > previous["usage"]["input_tokens"]  # the whole chain is replayed
+        served.add(got["x-lexi-replica"])
+        previous = body
+    assert len(served) == 2, served
+    status, again, _ = request("GET", f"{url}/{previous['id']}", headers=headers)
+    assert status == 200 and again == previous
+    status, deleted, _ = request("DELETE", f"{url}/{previous['id']}", headers=headers)
+    assert status == 200 and deleted == {"id": previous["id"], "object": "response", "deleted": True}
+    assert request("GET", f"{url}/{previous['id']}", headers=headers)[0] == 404
+    fields = {"input": "Hi", "max_output_tokens": 2, "previous_response_id": previous["id"]}
+    status, body, _ = request("POST", url, fields, headers)
+    assert status == 400 and body["error"]["code"] == "previous_response_not_found"

@@ -16,6 +16,7 @@ from lexi.http.routes.completions import CompletionsRoute
 from lexi.http.routes.info import HealthRoute, MetricsRoute, ModelRoute, ModelsRoute
 from lexi.http.routes.llama import ApplyTemplateRoute, DetokenizeRoute, TokenizeRoute
 from lexi.http.routes.responses import ResponsesRoute
+from lexi.http.routes.stored_responses import StoredResponseRoute
 from lexi.http.state import ServerState
 
 # matched against the whole percent-encoded path; groups are decoded and passed to the method
@@ -25,6 +26,7 @@ ROUTES: tuple[tuple[re.Pattern[str], type[Route]], ...] = tuple(
         (r"/v1/chat/completions", ChatCompletionsRoute),
         (r"/v1/completions", CompletionsRoute),
         (r"/v1/responses", ResponsesRoute),
+        (r"/v1/responses/([^/]+)", StoredResponseRoute),
         (r"/v1/models", ModelsRoute),
         (r"/v1/models/(.+)", ModelRoute),
         (r"/health", HealthRoute),

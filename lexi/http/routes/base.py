@@ -119,7 +119,7 @@ class Route:
 
     def allowed_methods(self) -> list[str]:
         """The methods this route answers, for `Allow` and CORS preflights."""
-        methods = [m for m in ("GET", "POST") if getattr(type(self), m.lower()) is not Route._not_allowed]
+        methods = [m for m in ("GET", "POST", "DELETE") if getattr(type(self), m.lower()) is not Route._not_allowed]
         return [*methods[:1], "HEAD", *methods[1:]] if "GET" in methods else methods
 
     def options(self, *args: str) -> Reply:

@@ -4,6 +4,8 @@ The request becomes a chat conversation (`instructions` first, function calls an
 tool messages), rendered by the same template and read by the same output pipeline as
 /v1/chat/completions, so greedy output is the same text and the same calls. Auth, the 503 while
 loading, busy 429s and the abort on disconnect come from GenerationRoute as on every generation route.
+With `store` (the default) the finished response is kept (lexi.http.response_store) under the caller's key,
+and `previous_response_id` puts a kept response's input and output items before this request's input.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from collections.abc import AsyncIterator
 
 from lexi.chat.output import ChatOutput
 from lexi.http.engine_stream import output_events
-from lexi.http.errors import ApiError
+from lexi.http.errors import ApiError, bad_request
 from lexi.http.exchange import Reply
 from lexi.http.generation import choice_requests, sampling_params
 from lexi.http.logprobs import ContentLogprobs, chat_entries
-from lexi.http.protocol_responses import parse_responses_request
+from lexi.http.protocol_responses import parse_responses_request, previous_response_id
+from lexi.http.response_store import owner_of
 from lexi.http.routes.base import GenerationRoute
 from lexi.http.routes.chat import chat_turn
 from lexi.http.routes.responses_events import ResponseBuilder, sse_event
@@ -48,7 +51,11 @@ class ResponsesRoute(GenerationRoute):
 
     async def post(self) -> Reply | None:
         state = self.state
-        req = parse_responses_request(self.json_body(), state.sampling)
+        body = self.json_body()
+        storing = state.config.responses_store > 0
+        self.owner = owner_of(self.request.headers.get("Authorization"), bool(state.config.api_keys))
+        history = await self._history(previous_response_id(body, storing))
+        req = parse_responses_request(body, state.sampling, history, storing)
         model = state.names.resolve(req.model)
         try:
             turn = chat_turn(state, req.conversation)
@@ -66,6 +73,26 @@ class ResponsesRoute(GenerationRoute):
         except ApiError as exc:
             raise _renamed(exc) from None
 
+    async def _history(self, response_id: str | None) -> list | None:
+        """The items a continuation starts from; someone else's response is as unknown as one never stored.
+        OpenAI's answer to an unknown id: 400 previous_response_not_found (clients look for that code)."""
+        if response_id is None:
+            return None
+        entry = await self.state.responses.get(response_id, self.owner)
+        if entry is None:
+            raise bad_request(
+                f"Previous response with id '{response_id}' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        return entry.history()
+
+    async def _keep(self, builder: ResponseBuilder) -> None:
+        """A finished response with store on is kept before the client sees its end, so that a GET or a
+        continuation sent as soon as the answer arrives finds it."""
+        if builder.req.store:
+            await self.state.responses.put(self.owner, builder.body(), builder.req.items)
+
     async def _whole(self, builder: ResponseBuilder, stream, output: ChatOutput) -> Reply | None:
         """The same builder as the stream, its events dropped: the body is the stream's final response."""
         async for _ in self._run(builder, stream, output):
@@ -75,6 +102,7 @@ class ResponsesRoute(GenerationRoute):
         if stream.aborted or last is None or last.finish_reason == "abort":
             return None
         builder.finish(last, output.reasoning_tokens)
+        await self._keep(builder)
         return self.json(builder.body())
 
     async def _run(self, builder: ResponseBuilder, stream, output: ChatOutput):
@@ -99,7 +127,9 @@ class ResponsesRoute(GenerationRoute):
             self.count_tokens()
             if stream.aborted or last is None or last.finish_reason == "abort":
                 return
-            for event in builder.finish(last, output.reasoning_tokens):
+            events = builder.finish(last, output.reasoning_tokens)
+            await self._keep(builder)
+            for event in events:
                 yield sse_event(event)
         except Exception as exc:
             if not self.sent_any:
