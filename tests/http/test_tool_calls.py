@@ -208,22 +208,25 @@ def test_responses_stream_sends_function_call_events_in_order(tools_server):
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
-def test_a_later_call_cut_short_leaves_no_fragment(tools_server, client_for):
-    """Under a forced tool_choice the output goes on only with calls: when max_tokens cuts the next one, the
-    client gets the finished call and finish_reason "length", and no piece of the unfinished one as text."""
+def test_a_further_call_that_cannot_fit_is_not_begun(tools_server, client_for):
+    """Under a forced tool_choice with parallel calls the output goes on only with calls: when max_tokens leaves
+    no room for another, the turn ends after the finished ones (finish_reason "tool_calls"), and no piece of an
+    unfinished call reaches the text. Before budget-aware constraints the next call was begun and cut ("length")."""
     client = client_for(tools_server)
     model = client.models.list().data[0].id
     city_only = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": city_only}}
     fields = dict(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool],
-                  tool_choice=FORCED, max_tokens=32, temperature=0)  # fmt: skip
-    whole = client.chat.completions.create(**fields).choices[0]
-    assert whole.finish_reason == "length" and len(whole.message.tool_calls) >= 1, whole
-    assert whole.message.content is None, whole.message.content
+                  tool_choice="required", parallel_tool_calls=True, max_tokens=32, temperature=0)  # fmt: skip
+    whole = client.chat.completions.create(**fields)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) >= 1, choice
+    assert choice.message.content is None, choice.message.content
+    assert whole.usage.completion_tokens <= 32
     chunks = list(client.chat.completions.create(**fields, stream=True))
     assert not any(c.choices and c.choices[0].delta.content for c in chunks)
     r = client.responses.create(
         model=model, input="Weather in Paris?", tools=[{"type": "function", "name": "get_weather",
         "parameters": city_only}], tool_choice="required", max_output_tokens=32, temperature=0,
     )  # fmt: skip
-    assert r.status == "incomplete" and [item.type for item in r.output] == ["function_call"] * len(r.output), r
+    assert r.status == "completed" and [item.type for item in r.output] == ["function_call"] * len(r.output), r
