@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from lexi.model.linear import BlockEmbedding, FusedLinear, QuantLinear
+from lexi.model.moe import MoEFFN
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,9 @@ def memory_report(model: nn.Module, kv_cache: list[tuple[torch.Tensor, torch.Ten
             held += module.qweight.nbytes
         elif isinstance(module, BlockEmbedding):
             mapped += _tensor_bytes(module.rows)
+        elif isinstance(module, MoEFFN):
+            e = module.experts
+            held += sum(_tensor_bytes(w.data) for w in (e.gate, e.up, e.down))
         for p in module.parameters(recurse=False):
             if id(p) not in seen:
                 seen.add(id(p))
