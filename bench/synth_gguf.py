@@ -104,7 +104,10 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
     """(name, (rows, cols), (size,) or (experts, rows, cols), type) of every tensor, in file order."""
     s, q_dim, kv_dim = shape, shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim
     n = s.n_layers
-    out: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (s.vocab, s.dim), Q.Q4_K)]
+    # MoE shapes: a Q8_0 table, whose random values have mean 0. Random Q4_K rows share a large mean (the quants'
+    # offset), and a random router then sends every token of the synthetic model to the same experts.
+    embed_type = Q.Q8_0 if s.n_experts else Q.Q4_K
+    out: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (s.vocab, s.dim), embed_type)]
     for i in range(n):
         # llama.cpp's use_more_bits: the first and last eighth of the layers, and every third one between.
         more = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
