@@ -12,6 +12,7 @@ from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
 from lexi.kernels.backend import KERNELS, Kernels, interpreter_enabled, resolve_kernels
 from lexi.kernels.cpu_qmatmul import ACTIVATIONS, CpuKernels
+from lexi.kernels.fused_moe_cpu import CpuExperts
 from lexi.kernels.moe_types import ExpertFFN, ExpertWeights
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
@@ -197,16 +198,20 @@ def _build(
         e, ff = a.expert_count, a.expert_ffn_dim
         router = t.get(f"{p}.ffn_gate_inp.weight")
         _check_shape(f, router, (e, a.dim))
-        parts = []
+        infos = []
         for name, shape in (("gate", (e, ff, a.dim)), ("up", (e, ff, a.dim)), ("down", (e, a.dim, ff))):
-            info = t.get(f"{p}.ffn_{name}_exps.weight")
-            _check_shape(f, info, shape)
+            infos.append(t.get(f"{p}.ffn_{name}_exps.weight"))
+            _check_shape(f, infos[-1], shape)
+        router_w = dequantize_tensor(router).to(device)
+        if cpu_kernels is not None and CpuExperts.supports(*infos):
+            return MoEFFN(router_w, CpuExperts.from_gguf(*infos, cpu_kernels), a.expert_used_count, kernels)
+        parts = []
+        for info in infos:
             try:
                 parts.append(ExpertWeights.from_gguf(info, device))
             except ValueError as exc:
                 raise GGUFError(f"{f.path}: tensor {info.name!r}: {exc}") from None
-        ffn = ExpertFFN(*parts)
-        return MoEFFN(dequantize_tensor(router).to(device), ffn, a.expert_used_count, kernels)
+        return MoEFFN(router_w, ExpertFFN(*parts), a.expert_used_count, kernels)
 
     a = args
     emb_info = t.get("token_embd.weight")

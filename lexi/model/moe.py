@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lexi.kernels.fused_moe import fused_moe
+from lexi.kernels.fused_moe_cpu import CpuExperts, fused_moe_cpu
 from lexi.kernels.moe_types import ExpertFFN
 
 
@@ -29,12 +30,15 @@ def route_softmax_topk(logits: torch.Tensor, k: int, normalize: bool = True) -> 
 class MoEFFN(nn.Module):
     """y = sum over token t's k chosen experts e of w[t, e] * down_e(silu(gate_e x_t) * up_e x_t).
 
-    `router` (E, D) is float32 (GGUF `ffn_gate_inp.weight`, small: E * D), `experts` stay in their GGUF blocks.
-    `kernels` (auto | triton | reference) is `fused_moe`'s choice: the reference on a CPU runs only the chosen
-    experts, each dequantized once per step for the rows that share it.
+    `router` (E, D) is float32 (GGUF `ffn_gate_inp.weight`, small: E * D). `experts` are either GGUF blocks for
+    `fused_moe` (`kernels` auto | triton | reference chooses: the reference runs only the chosen experts, each
+    dequantized once per step for the rows that share it; the float32 CPU load and CUDA), or `CpuExperts` for the
+    CPU kernels (the default CPU load: `fused_moe_cpu`, nothing dequantized, row-independent).
     """
 
-    def __init__(self, router: torch.Tensor, experts: ExpertFFN, top_k: int, kernels: str = "auto") -> None:
+    def __init__(
+        self, router: torch.Tensor, experts: ExpertFFN | CpuExperts, top_k: int, kernels: str = "auto"
+    ) -> None:
         super().__init__()
         if tuple(router.shape) != (experts.n_experts, experts.dim):
             raise ValueError(f"router: must be (E, D) = {(experts.n_experts, experts.dim)}, got {tuple(router.shape)}")
@@ -59,6 +63,8 @@ class MoEFFN(nn.Module):
         not depend on which other rows share its experts (the reference batches them into one matmul)."""
         flat = x.reshape(-1, x.shape[-1])
         ids, weights = self.route(flat, force_rowwise)
+        if isinstance(self.experts, CpuExperts):  # row-independent already
+            return fused_moe_cpu(flat, self.experts, ids, weights).to(x.dtype).reshape(x.shape)
         if force_rowwise and flat.shape[0] > 1 and flat.device.type == "cpu":
             y = torch.cat(
                 [fused_moe(flat[i : i + 1], self.experts, ids[i : i + 1], weights[i : i + 1], kernels=self.kernels)
@@ -70,5 +76,10 @@ class MoEFFN(nn.Module):
 
     def extra_repr(self) -> str:
         e = self.experts
-        types = "/".join(w.qtype.name for w in (e.gate, e.up, e.down))
-        return f"experts={e.n_experts}, top_k={self.top_k}, dim={e.dim}, ffn={e.ffn_dim}, {types} ({self.kernels})"
+        if isinstance(e, CpuExperts):
+            types = "/".join(ws[0].qtype.name for ws in (e.gate, e.up, e.down))
+            where = f"cpu kernels, {e.kernels.isa}"
+        else:
+            types = "/".join(w.qtype.name for w in (e.gate, e.up, e.down))
+            where = self.kernels
+        return f"experts={e.n_experts}, top_k={self.top_k}, dim={e.dim}, ffn={e.ffn_dim}, {types} ({where})"

@@ -21,6 +21,7 @@ from tiny_gguf import TinySpec, small_vocab, write_tiny_gguf
 
 from lexi.gguf.errors import GGUFError
 from lexi.gguf.reader import read_gguf
+from lexi.kernels.fused_moe_cpu import CpuExperts
 from lexi.model.args import model_args_from_gguf
 from lexi.model.loader import LoadConfig, load_model
 from lexi.model.moe import MoEFFN, route_softmax_topk
@@ -164,12 +165,13 @@ def test_logits_and_greedy_tokens_match_transformers(moe_files, name):
 
 
 def test_default_cpu_path_decodes_through_the_lean_loop_like_float32(moe_files):
-    """The default CPU load (attention on the CPU kernels, the lean decode loop calling the MoE module) against the
-    float32 reference, teacher-forced one token at a time."""
+    """The default CPU load (attention and experts on the CPU kernels, the lean decode loop calling the MoE module)
+    against the float32 reference (experts through fused_moe_ref), teacher-forced one token at a time."""
     f = read_gguf(moe_files["quant"])
     ref = load_model(f, LoadConfig(dtype="float32", device="cpu"))
     model = load_model(f, LoadConfig(device="cpu"))
     assert model.decode_stack is not None and all(layer.moe is not None for layer in model.decode_stack.layers)
+    assert all(isinstance(b.mlp.experts, CpuExperts) for b in model.blocks)  # the experts on the C kernels
     ids = torch.randint(0, VOCAB, (48,), generator=torch.Generator().manual_seed(3)).tolist()
     want = SingleSequence(ref, 48).extend(ids, all_logits=True)
     seq = SingleSequence(model, 48)
