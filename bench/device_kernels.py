@@ -179,7 +179,8 @@ def prefill_attention_timing(device: str, dtype_name: str, shapes, heads=(32, 8,
 
 
 def model_check(device: str, dtype_name: str, vocab_file: Path, workdir: Path, vocab_size: int) -> list[dict]:
-    """Tiny synthetic models of each family: --kernels triton against reference, teacher-forced logits."""
+    """Tiny synthetic models of each family (qwen3moe: the fused MoE kernels in a model): --kernels triton against
+    reference, teacher-forced logits."""
     import synth_gguf
     import torch
 
@@ -189,7 +190,7 @@ def model_check(device: str, dtype_name: str, vocab_file: Path, workdir: Path, v
 
     rows = []
     vocab = synth_gguf.load_vocab(str(vocab_file))
-    for name in ("tiny-llama", "tiny-qwen3", "tiny-gemma3"):
+    for name in ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3moe"):
         path = workdir / f"{name}.gguf"
         shape = synth_gguf.SHAPES[name]
         synth_gguf.write_synthetic(path, synth_gguf.dataclasses.replace(shape, vocab=vocab_size), vocab, seed=1)

@@ -14,6 +14,10 @@ that build them).
     python bench/synth_gguf.py write llama3-8b /tmp/llama3-8b.gguf            # ~4.9 GB
     python bench/synth_gguf.py export-vocab .whl/smollm2-vocab.json.gz       # 0.4 MB, travels to the device
     python bench/synth_gguf.py write tiny-gemma3 /tmp/t.gguf --vocab-from .whl/smollm2-vocab.json.gz --vocab 1024
+    python bench/synth_gguf.py write qwen3moe-small /tmp/moe.gguf            # ~1.0 GB, 1.6B total, 0.36B active
+
+Mixture-of-experts shapes (qwen3moe) write a float32 router `ffn_gate_inp` (E, dim) and 3-D expert tensors
+`ffn_{gate,up,down}_exps` (E, rows, cols) in place of the dense FFN, typed as the dense ones would be.
 """
 
 from __future__ import annotations
@@ -60,10 +64,13 @@ class Shape:
     tied: bool
     sliding_window: int = 0  # gemma3: every sliding_pattern-th layer global, the others windowed
     sliding_pattern: int = 6
+    n_experts: int = 0  # qwen3moe: experts per layer (0: a dense FFN of ffn_dim)
+    n_experts_used: int = 0
+    expert_ffn_dim: int = 0
 
     @property
     def qk_norm(self) -> bool:
-        return self.arch in ("qwen3", "gemma3")
+        return self.arch in ("qwen3", "qwen3moe", "gemma3")
 
 
 SHAPES = {
@@ -72,17 +79,35 @@ SHAPES = {
     "llama3-1b": Shape("llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.0, tied=True),
     "qwen3-8b": Shape("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 40960, 1000000.0, tied=False),
     "gemma3-4b": Shape("gemma3", 2560, 34, 8, 4, 256, 10240, 262208, 131072, 1000000.0, True, 1024),
+    # Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 30.5B total, 3.3B active; ~18.6 GB at this type mix. Not written
+    # by any test (disk, time); tests check its tensor list and size.
+    "qwen3moe-30b-a3b": Shape(
+        "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0, False,
+        n_experts=128, n_experts_used=8, expert_ffn_dim=768,
+    ),
+    # A small one for CPU benches: 1.6B total, 0.36B active per token.
+    "qwen3moe-small": Shape(
+        "qwen3moe", 1024, 16, 8, 4, 128, 3072, 151936, 40960, 1000000.0, False,
+        n_experts=32, n_experts_used=4, expert_ffn_dim=768,
+    ),
     "tiny-llama": Shape("llama", 256, 2, 4, 2, 64, 512, 49152, 2048, 10000.0, tied=False),
     "tiny-qwen3": Shape("qwen3", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, tied=False),
+    "tiny-qwen3moe": Shape(
+        "qwen3moe", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, False,
+        n_experts=4, n_experts_used=2, expert_ffn_dim=256,
+    ),
     "tiny-gemma3": Shape("gemma3", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, True, 16, 2),
-}
+}  # fmt: skip
 
 
 def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
-    """(name, (rows, cols) or (size,), type) of every tensor, in file order."""
+    """(name, (rows, cols), (size,) or (experts, rows, cols), type) of every tensor, in file order."""
     s, q_dim, kv_dim = shape, shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim
     n = s.n_layers
-    out: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (s.vocab, s.dim), Q.Q4_K)]
+    # MoE shapes: a Q8_0 table, whose random values have mean 0. Random Q4_K rows share a large mean (the quants'
+    # offset), and a random router then sends every token of the synthetic model to the same experts.
+    embed_type = Q.Q8_0 if s.n_experts else Q.Q4_K
+    out: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (s.vocab, s.dim), embed_type)]
     for i in range(n):
         # llama.cpp's use_more_bits: the first and last eighth of the layers, and every third one between.
         more = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
@@ -100,11 +125,18 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
         if s.arch == "gemma3":
             out += [(f"{p}.post_attention_norm.weight", (s.dim,), Q.F32)]
         out += [(f"{p}.ffn_norm.weight", (s.dim,), Q.F32)]
-        out += [
-            (f"{p}.ffn_gate.weight", (s.ffn_dim, s.dim), Q.Q4_K),
-            (f"{p}.ffn_up.weight", (s.ffn_dim, s.dim), Q.Q4_K),
-        ]
-        out += [(f"{p}.ffn_down.weight", (s.dim, s.ffn_dim), wide)]
+        if s.n_experts:
+            e, ff = s.n_experts, s.expert_ffn_dim
+            out += [(f"{p}.ffn_gate_inp.weight", (e, s.dim), Q.F32)]
+            out += [(f"{p}.ffn_gate_exps.weight", (e, ff, s.dim), Q.Q4_K)]
+            out += [(f"{p}.ffn_up_exps.weight", (e, ff, s.dim), Q.Q4_K)]
+            out += [(f"{p}.ffn_down_exps.weight", (e, s.dim, ff), wide)]
+        else:
+            out += [
+                (f"{p}.ffn_gate.weight", (s.ffn_dim, s.dim), Q.Q4_K),
+                (f"{p}.ffn_up.weight", (s.ffn_dim, s.dim), Q.Q4_K),
+            ]
+            out += [(f"{p}.ffn_down.weight", (s.dim, s.ffn_dim), wide)]
         if s.arch == "gemma3":
             out += [(f"{p}.post_ffw_norm.weight", (s.dim,), Q.F32)]
     out += [("output_norm.weight", (s.dim,), Q.F32)]
@@ -115,14 +147,12 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
 
 def file_bytes(shape: Shape) -> int:
     """The tensor data's size in bytes (the file adds its metadata and alignment padding)."""
-    total = 0
-    for _, dims, qtype in tensors(shape):
-        if qtype == Q.F32:
-            total += dims[0] * 4
-        else:
-            block, size = GGML_QUANT_SIZES[qtype]
-            total += dims[0] * dims[1] // block * size
-    return total
+    return sum(_nbytes(dims, qtype) for _, dims, qtype in tensors(shape))
+
+
+def _nbytes(dims: tuple[int, ...], qtype: Q) -> int:
+    block, size = GGML_QUANT_SIZES[qtype]
+    return int(np.prod(dims)) // block * size
 
 
 def _unit_spread(qtype: Q) -> float:
@@ -199,6 +229,10 @@ def write_synthetic(path: Path, shape: Shape, vocab: dict, seed: int = 0) -> int
     w.add_rope_freq_base(shape.rope_base)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(shape.vocab)
+    if shape.n_experts:
+        w.add_expert_count(shape.n_experts)
+        w.add_expert_used_count(shape.n_experts_used)
+        w.add_expert_feed_forward_length(shape.expert_ffn_dim)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     if shape.sliding_window:
         w.add_sliding_window(shape.sliding_window)
@@ -214,20 +248,26 @@ def write_synthetic(path: Path, shape: Shape, vocab: dict, seed: int = 0) -> int
     plan = tensors(shape)
     for name, dims, qtype in plan:
         if qtype == Q.F32:
-            w.add_tensor_info(name, dims, np.dtype(np.float32), dims[0] * 4)
+            w.add_tensor_info(name, dims, np.dtype(np.float32), _nbytes(dims, qtype))
         else:
-            rows, cols = dims
             block, size = GGML_QUANT_SIZES[qtype]
-            w.add_tensor_info(
-                name, (rows, cols // block * size), np.dtype(np.uint8), rows * cols // block * size, qtype
-            )
+            byte_dims = (*dims[:-1], dims[-1] // block * size)
+            w.add_tensor_info(name, byte_dims, np.dtype(np.uint8), _nbytes(dims, qtype), qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     spreads = {q: _unit_spread(q) for q in {q for _, _, q in plan if q != Q.F32}}
     for name, dims, qtype in plan:
+        if qtype == Q.F32 and len(dims) == 2:  # a router: logits of about unit scale
+            w.write_tensor_data((rng.standard_normal(dims) * dims[1] ** -0.5).astype(np.float32))
+            continue
         if qtype == Q.F32:
             w.write_tensor_data((1.0 + 0.05 * rng.standard_normal(dims[0])).astype(np.float32))
+            continue
+        if len(dims) == 3:  # experts, one after another
+            e, rows, cols = dims
+            blocks = [random_blocks(rng, rows, cols, qtype, cols**-0.5, spreads[qtype]) for _ in range(e)]
+            w.write_tensor_data(np.stack(blocks))
             continue
         rows, cols = dims
         # Unit-variance inputs give unit-variance outputs. Embedding rows have unit scale as the model reads them:

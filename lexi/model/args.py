@@ -1,8 +1,8 @@
 """`ModelArgs`: the shape and conventions of one transformer, read from GGUF metadata per family.
 
-The four families differ only in a handful of switches (biases, per-head q/k norms, sandwich norms,
-the activation, the rope layout, sliding-window layers), so one module tree serves them all and this
-file is where each family's switches are set. Values follow llama.cpp's reading of the same keys,
+The families differ only in a handful of switches (biases, per-head q/k norms, sandwich norms,
+the activation, the rope layout, sliding-window layers, mixture-of-experts FFNs), so one module tree serves them
+all and this file is where each family's switches are set. Values follow llama.cpp's reading of the same keys,
 because llama.cpp wrote the files.
 """
 
@@ -17,7 +17,7 @@ from lexi.gguf.errors import GGUFError
 if TYPE_CHECKING:
     from lexi.gguf.reader import GGUFFile
 
-FAMILIES = ("llama", "qwen2", "qwen3", "gemma3")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
 ROPE_STYLES = ("norm", "neox")  # norm: adjacent pairs (2i, 2i+1); neox: halves (i, i + d/2)
 ACTIVATIONS = ("silu", "gelu_tanh")
 
@@ -52,6 +52,11 @@ class ModelArgs:
     tied_output: bool  # no `output.weight`: logits use the token embedding
     attn_softcap: float = 0.0  # 0 = none
     final_softcap: float = 0.0  # 0 = none
+    # Mixture of experts (qwen3moe): every layer's FFN is `expert_count` gated MLPs of width `expert_ffn_dim`
+    # (`expert_feed_forward_length`), `expert_used_count` of them per token. 0 = a dense FFN of width ffn_dim.
+    expert_count: int = 0
+    expert_used_count: int = 0
+    expert_ffn_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -71,6 +76,18 @@ class ModelArgs:
             raise ValueError(f"layer_windows needs {self.n_layers} entries, got {len(self.layer_windows)}")
         if self.norm_eps <= 0 or self.rope_base <= 0 or self.rope_base_local <= 0 or self.rope_scale <= 0:
             raise ValueError("norm_eps, rope_base, rope_base_local and rope_scale must be > 0")
+        if self.expert_count < 0:
+            raise ValueError(f"expert_count must be >= 0 (0 = dense FFN), got {self.expert_count}")
+        if self.expert_count and not 1 <= self.expert_used_count <= self.expert_count:
+            raise ValueError(
+                f"expert_used_count must be in [1, expert_count={self.expert_count}], got {self.expert_used_count}"
+            )
+        if self.expert_count and self.expert_ffn_dim <= 0:
+            raise ValueError(f"expert_ffn_dim must be > 0 with experts, got {self.expert_ffn_dim}")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.expert_count > 0
 
     @property
     def q_dim(self) -> int:
@@ -155,7 +172,7 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        ffn_dim=m.int("feed_forward_length"),
+        ffn_dim=m.int("feed_forward_length", 0) if arch == "qwen3moe" else m.int("feed_forward_length"),
         vocab_size=int(f.tensors["token_embd.weight"].shape[0]),
         norm_eps=float(m.need("attention.layer_norm_rms_epsilon")),
         context_length=m.int("context_length"),
@@ -181,6 +198,17 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
         common.update(rope_style="neox")
     elif arch == "qwen3":
         common.update(rope_style="neox")
+    elif arch == "qwen3moe":
+        # Qwen3 attention (neox rope, q/k norms); every layer's FFN is a mixture of experts (llama.cpp's
+        # llm_build_qwen3moe). feed_forward_length (the dense width, unused) may be absent.
+        expert_ffn = m.int("expert_feed_forward_length")
+        common.update(
+            rope_style="neox",
+            ffn_dim=m.int("feed_forward_length", expert_ffn),
+            expert_count=m.int("expert_count"),
+            expert_used_count=m.int("expert_used_count"),
+            expert_ffn_dim=expert_ffn,
+        )
     elif arch == "gemma3":
         # The 27B model scales queries by hidden/heads instead of head_dim (llama.cpp: LLM_TYPE_27B).
         scalar = dim // n_heads if n_layers == 62 else head_dim

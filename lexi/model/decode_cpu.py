@@ -6,6 +6,8 @@ A decode step of a small model is mostly fixed cost per op: measured on 2 cores,
 every sequence adds one token run here when every layer's matmuls are on the CPU kernels; every other step runs
 the modules. Both paths share the math helpers (`rms_norm`, `apply_rope`, `cpu_qmatmul`, `decode_attention`), so a
 row's result is the same either way, and tests/model/test_fidelity.py holds both to the float32 path.
+A mixture-of-experts layer's FFN (`MoEFFN`) is called as the module it is: its router and the fused MoE do their
+own work per step, and the loop's overhead is small beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import torch
 
 from lexi.kernels.cpu_qmatmul import CpuKernels, CpuWeight, cpu_qmatmul
 from lexi.kernels.paged_attention_cpu import decode_attention
-from lexi.model.mlp import gated
+from lexi.model.mlp import GatedMLP, gated
+from lexi.model.moe import MoEFFN
 from lexi.model.norms import rms_norm
 from lexi.model.rope import apply_rope
 
@@ -37,8 +40,9 @@ class DecodeLayer:
     wo: CpuWeight
     post_attn_norm: torch.Tensor | None
     ffn_norm: torch.Tensor
-    gate_up: tuple[CpuWeight, ...]
-    down: CpuWeight
+    gate_up: tuple[CpuWeight, ...]  # empty with `moe`
+    down: CpuWeight | None  # None with `moe`
+    moe: MoEFFN | None  # a mixture-of-experts FFN in place of gate_up/down
     post_ffn_norm: torch.Tensor | None
     window: int  # sliding window, 0 = global
 
@@ -54,7 +58,7 @@ class DecodeStack:
     rope_dim: int
     rope_style: str
     scale: float
-    ffn_dim: int
+    ffn_dim: int  # the dense layers' FFN width (0 when every layer is MoE)
     activation: str
 
     @classmethod
@@ -62,11 +66,15 @@ class DecodeStack:
         """The lean view of the layers, or None when a layer's matmuls are not all on the CPU kernels, or a layer
         has biases beside q/k/v or attention softcapping (the modules handle those)."""
         layers = []
+        dense = next((b.mlp for b in blocks if isinstance(b.mlp, GatedMLP)), None)
         for b in blocks:
             a, m = b.attn, b.mlp
-            if a.qkv is None or m.gate_up is None or a.wo.cpu is None or m.down.cpu is None or a.softcap:
+            moe = m if isinstance(m, MoEFFN) else None
+            if a.qkv is None or a.wo.cpu is None or a.wo.bias is not None or a.softcap:
                 return None
-            if a.wo.bias is not None or m.down.bias is not None or m.gate_up.bias is not None:
+            if moe is None and (m.gate_up is None or m.down.cpu is None):
+                return None
+            if moe is None and (m.down.bias is not None or m.gate_up.bias is not None):
                 return None
             post_a, post_f = b.post_attn_norm, b.post_ffn_norm
             layers.append(
@@ -78,8 +86,9 @@ class DecodeStack:
                     wo=a.wo.cpu[0],
                     post_attn_norm=None if post_a is None else post_a.weight,
                     ffn_norm=b.ffn_norm.weight,
-                    gate_up=tuple(m.gate_up.weights),
-                    down=m.down.cpu[0],
+                    gate_up=() if moe else tuple(m.gate_up.weights),
+                    down=None if moe else m.down.cpu[0],
+                    moe=moe,
                     post_ffn_norm=None if post_f is None else post_f.weight,
                     window=a.sliding_window,
                 )
@@ -95,8 +104,8 @@ class DecodeStack:
             a0.rope_dim,
             a0.rope_style,
             a0.scale,
-            blocks[0].mlp.gate.out_features,
-            blocks[0].mlp.activation,
+            0 if dense is None else dense.gate.out_features,
+            "silu" if dense is None else dense.activation,
         )
 
 
@@ -123,8 +132,12 @@ def run_decode(
         if layer.post_attn_norm is not None:
             o = rms_norm(o, layer.post_attn_norm, eps)
         x = x + o
-        gu = cpu_qmatmul(rms_norm(x, layer.ffn_norm, eps), layer.gate_up, kern)
-        y = cpu_qmatmul(gated(gu[:, : s.ffn_dim], gu[:, s.ffn_dim :], s.activation), [layer.down], kern)
+        xn = rms_norm(x, layer.ffn_norm, eps)
+        if layer.moe is not None:
+            y = layer.moe(xn)
+        else:
+            gu = cpu_qmatmul(xn, layer.gate_up, kern)
+            y = cpu_qmatmul(gated(gu[:, : s.ffn_dim], gu[:, s.ffn_dim :], s.activation), [layer.down], kern)
         if layer.post_ffn_norm is not None:
             y = rms_norm(y, layer.post_ffn_norm, eps)
         x = x + y

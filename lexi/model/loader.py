@@ -12,11 +12,14 @@ from lexi.gguf.dequant import dequantize_tensor
 from lexi.gguf.errors import GGUFError
 from lexi.kernels.backend import KERNELS, Kernels, interpreter_enabled, resolve_kernels
 from lexi.kernels.cpu_qmatmul import ACTIVATIONS, CpuKernels
+from lexi.kernels.fused_moe_cpu import CpuExperts
+from lexi.kernels.moe_types import ExpertFFN, ExpertWeights
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
 from lexi.model.head import OutputHead
 from lexi.model.linear import BlockEmbedding, FusedLinear, QuantLinear, TokenEmbedding, dense_weight
 from lexi.model.mlp import GatedMLP
+from lexi.model.moe import MoEFFN
 from lexi.model.norms import RMSNorm
 from lexi.model.transformer import Block, Transformer
 
@@ -190,6 +193,26 @@ def _build(
         b = t.get(f"{name}.bias") if bias else None
         return QuantLinear.from_gguf(info, dtype, device, b, quantized, kernels, cpu_kernels)
 
+    def experts(p: str) -> MoEFFN:
+        """A layer's router (float32) and its experts, kept in their GGUF blocks for lexi.kernels.fused_moe."""
+        e, ff = a.expert_count, a.expert_ffn_dim
+        router = t.get(f"{p}.ffn_gate_inp.weight")
+        _check_shape(f, router, (e, a.dim))
+        infos = []
+        for name, shape in (("gate", (e, ff, a.dim)), ("up", (e, ff, a.dim)), ("down", (e, a.dim, ff))):
+            infos.append(t.get(f"{p}.ffn_{name}_exps.weight"))
+            _check_shape(f, infos[-1], shape)
+        router_w = dequantize_tensor(router).to(device)
+        if cpu_kernels is not None and CpuExperts.supports(*infos):
+            return MoEFFN(router_w, CpuExperts.from_gguf(*infos, cpu_kernels), a.expert_used_count, kernels)
+        parts = []
+        for info in infos:
+            try:
+                parts.append(ExpertWeights.from_gguf(info, device))
+            except ValueError as exc:
+                raise GGUFError(f"{f.path}: tensor {info.name!r}: {exc}") from None
+        return MoEFFN(router_w, ExpertFFN(*parts), a.expert_used_count, kernels)
+
     a = args
     emb_info = t.get("token_embd.weight")
     _check_shape(f, emb_info, (a.vocab_size, a.dim))
@@ -227,9 +250,13 @@ def _build(
             qkv=FusedLinear.maybe([wq, wk, wv]),
             kernels=kernels,
         )
-        gate = linear(f"{p}.ffn_gate", a.ffn_dim, a.dim)
-        up = linear(f"{p}.ffn_up", a.ffn_dim, a.dim)
-        mlp = GatedMLP(gate, up, linear(f"{p}.ffn_down", a.dim, a.ffn_dim), a.activation, FusedLinear.maybe([gate, up]))
+        if a.is_moe:
+            mlp = experts(p)
+        else:
+            gate = linear(f"{p}.ffn_gate", a.ffn_dim, a.dim)
+            up = linear(f"{p}.ffn_up", a.ffn_dim, a.dim)
+            down = linear(f"{p}.ffn_down", a.dim, a.ffn_dim)
+            mlp = GatedMLP(gate, up, down, a.activation, FusedLinear.maybe([gate, up]))
         blocks.append(
             Block(
                 norm(f"{p}.attn_norm.weight", a.dim),

@@ -13,7 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from lexi.kernels.fused_moe_cpu import CpuExperts
 from lexi.model.linear import BlockEmbedding, FusedLinear, QuantLinear
+from lexi.model.moe import MoEFFN
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,16 @@ def memory_report(model: nn.Module, kv_cache: list[tuple[torch.Tensor, torch.Ten
             held += module.qweight.nbytes
         elif isinstance(module, BlockEmbedding):
             mapped += _tensor_bytes(module.rows)
+        elif isinstance(module, MoEFFN) and isinstance(module.experts, CpuExperts):
+            for ws in (module.experts.gate, module.experts.up, module.experts.down):
+                for w in ws:
+                    if w.layout == "file":
+                        mapped += w.nbytes
+                    else:
+                        held += w.nbytes
+        elif isinstance(module, MoEFFN):
+            e = module.experts
+            held += sum(_tensor_bytes(w.data) for w in (e.gate, e.up, e.down))
         for p in module.parameters(recurse=False):
             if id(p) not in seen:
                 seen.add(id(p))

@@ -12,6 +12,7 @@ from lexi.model.attention import Attention
 from lexi.model.decode_cpu import DecodeStack, run_decode
 from lexi.model.head import OutputHead
 from lexi.model.mlp import GatedMLP
+from lexi.model.moe import MoEFFN
 from lexi.model.norms import RMSNorm
 from lexi.model.rope import RopeCache, inverse_frequencies
 from lexi.model.step import StepPlan
@@ -31,7 +32,7 @@ class Block(nn.Module):
         attn_norm: RMSNorm,
         attn: Attention,
         ffn_norm: RMSNorm,
-        mlp: GatedMLP,
+        mlp: GatedMLP | MoEFFN,
         post_attn_norm: RMSNorm | None = None,
         post_ffn_norm: RMSNorm | None = None,
         dtype: torch.dtype | None = None,

@@ -37,7 +37,7 @@ def vocab_export(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("shape", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+@pytest.mark.parametrize("shape", ["tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3moe"])
 def test_tiny_synthetic_model_loads_and_generates(tmp_path, vocab_export, shape):
     path = tmp_path / f"{shape}.gguf"
     _run(str(SYNTH), "write", shape, str(path), "--vocab-from", str(vocab_export), "--vocab", "4096")
@@ -46,7 +46,8 @@ def test_tiny_synthetic_model_loads_and_generates(tmp_path, vocab_export, shape)
     assert (args.family, args.vocab_size, args.n_layers) == (shape.removeprefix("tiny-"), 4096, 2)
     assert args.layer_windows == ((16, 0) if shape == "tiny-gemma3" else (0, 0))
     kinds = Counter(info.qtype.name for info in f.tensors.values())
-    assert set(kinds) == {"Q4_K", "Q6_K", "F32"} and kinds["Q4_K"] > kinds["Q6_K"]
+    embed = "Q8_0" if shape == "tiny-qwen3moe" else "Q4_K"  # MoE shapes: a zero-mean table (see synth_gguf)
+    assert set(kinds) == {"Q4_K", "Q6_K", "F32", embed} and kinds["Q4_K"] > kinds["Q6_K"]
     for info in f.tensors.values():  # every block decodes to finite values of a sane scale
         values = dequantize(np.asarray(info.data), info.qtype)
         assert np.isfinite(values).all() and 0.0 < float(np.abs(values).max()) < 100.0, info.name
@@ -60,12 +61,34 @@ def test_tiny_synthetic_model_loads_and_generates(tmp_path, vocab_export, shape)
     assert len(out["tokens"]) == 4 and all(0 <= t < 4096 for t in out["tokens"])
 
 
-def test_padded_vocabulary_reaches_the_shape_size(vocab_export):
+def _synth_module():
     sys.path.insert(0, str(SYNTH.parent))
     try:
         import synth_gguf
     finally:
         sys.path.remove(str(SYNTH.parent))
+    return synth_gguf
+
+
+def test_qwen3moe_30b_a3b_plan_has_the_real_models_tensors_and_size():
+    """Qwen3-30B-A3B's tensor list (never written here: ~18 GB): 48 layers of 12 tensors, 30.5B parameters."""
+    synth_gguf = _synth_module()
+    shape = synth_gguf.SHAPES["qwen3moe-30b-a3b"]
+    plan = synth_gguf.tensors(shape)
+    assert len(plan) == 48 * 12 + 3
+    dims = {name: d for name, d, _ in plan}
+    assert dims["blk.0.ffn_gate_inp.weight"] == (128, 2048)
+    assert dims["blk.47.ffn_gate_exps.weight"] == dims["blk.47.ffn_up_exps.weight"] == (128, 768, 2048)
+    assert dims["blk.47.ffn_down_exps.weight"] == (128, 2048, 768)
+    assert "blk.0.ffn_gate.weight" not in dims
+    params = sum(int(np.prod(d)) for d in dims.values())
+    assert 30.4e9 < params < 30.6e9, params
+    size = synth_gguf.file_bytes(shape)
+    assert 17.0e9 < size < 19.5e9, size  # Q4_K / Q6_K at 4.5 / 6.56 bits a weight
+
+
+def test_padded_vocabulary_reaches_the_shape_size(vocab_export):
+    synth_gguf = _synth_module()
     vocab = synth_gguf.load_vocab(str(vocab_export))
     padded = synth_gguf.sized_vocab(vocab, 128256)
     assert len(padded["tokenizer.ggml.tokens"]) == len(padded["tokenizer.ggml.token_type"]) == 128256

@@ -49,6 +49,12 @@ SPECS = {
         linear_types=(Q.Q6_K, Q.Q4_K, Q.Q5_0, Q.Q8_0), embed_type=Q.Q8_0, qk_norm=True, tied=True,
         sandwich_norm=True, sliding_window=8, sliding_window_pattern=2,
     ),
+    # The fused MoE's GEMV (decode rows) and grouped GEMM (prefill chunks) inside the model.
+    "qwen3moe": TinySpec(
+        "qwen3moe", dim=256, n_layers=2, n_heads=4, n_kv_heads=1, head_dim=64, ffn_dim=512,
+        linear_types=(Q.Q8_0, Q.Q4_K), embed_type=Q.Q8_0, qk_norm=True, tied=True, rope_base=1e6,
+        n_experts=4, n_experts_used=2, expert_ffn_dim=256, expert_types=(Q.Q4_K, Q.Q8_0, Q.Q6_K),
+    ),
 }  # fmt: skip
 GREEDY = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
 

@@ -36,6 +36,10 @@ class TinySpec:
     sandwich_norm: bool = False  # gemma3: norms after attention and after the MLP too
     sliding_window: int = 0  # gemma3: window of the sliding layers (0: none written)
     sliding_window_pattern: int = 6  # gemma3: every n-th layer is global
+    n_experts: int = 0  # qwen3moe: experts per layer in place of the dense FFN (0: dense)
+    n_experts_used: int = 0
+    expert_ffn_dim: int = 0
+    expert_types: tuple[Q, ...] = (Q.F32,)  # cycled over ffn_{gate,up,down}_exps in file order
     extra: dict = field(default_factory=dict)
 
 
@@ -112,11 +116,16 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
     if spec.sliding_window:
         w.add_sliding_window(spec.sliding_window)
         w.add_sliding_window_pattern(spec.sliding_window_pattern)
+    if spec.n_experts:
+        w.add_expert_count(spec.n_experts)
+        w.add_expert_used_count(spec.n_experts_used)
+        w.add_expert_feed_forward_length(spec.expert_ffn_dim)
     for key, value in spec.extra.items():
         w.add_key_value(key, value[0], value[1])
 
     d, hd, q_dim, kv_dim = spec.dim, spec.head_dim, spec.n_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim
     kinds = iter(spec.linear_types * 1000)
+    expert_kinds = iter(spec.expert_types * 1000)
 
     def norm(name: str, size: int) -> None:
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(size)).astype(np.float32))
@@ -145,9 +154,17 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
         if spec.sandwich_norm:
             norm(f"{p}.post_attention_norm.weight", d)
         norm(f"{p}.ffn_norm.weight", d)
-        linear(f"{p}.ffn_gate.weight", spec.ffn_dim, d)
-        linear(f"{p}.ffn_up.weight", spec.ffn_dim, d)
-        linear(f"{p}.ffn_down.weight", d, spec.ffn_dim)
+        if spec.n_experts:
+            e, ff = spec.n_experts, spec.expert_ffn_dim
+            w.add_tensor(f"{p}.ffn_gate_inp.weight", (rng.standard_normal((e, d)) * d**-0.5).astype(np.float32))
+            for name, out_f, in_f in (("gate", ff, d), ("up", ff, d), ("down", d, ff)):
+                qtype = next(expert_kinds)
+                data = np.stack([_tensor(rng, (out_f, in_f), qtype, in_f**-0.5) for _ in range(e)])
+                add(f"{p}.ffn_{name}_exps.weight", data, qtype)
+        else:
+            linear(f"{p}.ffn_gate.weight", spec.ffn_dim, d)
+            linear(f"{p}.ffn_up.weight", spec.ffn_dim, d)
+            linear(f"{p}.ffn_down.weight", d, spec.ffn_dim)
         if spec.sandwich_norm:
             norm(f"{p}.post_ffw_norm.weight", d)
     norm("output_norm.weight", d)

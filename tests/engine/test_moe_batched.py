@@ -1,0 +1,72 @@
+"""A mixture-of-experts model served in batches: rows that the router sends to different experts in the same step
+give, under --deterministic, the same greedy tokens as each request alone.
+
+The model is bench/synth_gguf.py's tiny-qwen3moe (4 experts, 2 per token, Q4_K/Q6_K) at the default CPU dtype.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from engine_helpers import collect, run, running_engine, tokens_of
+
+from lexi.engine.request import GenerationRequest
+from lexi.engine.sampling import SamplingParams
+from lexi.gguf.reader import read_gguf
+from lexi.gguf.tokenizer import Tokenizer
+from lexi.model.loader import LoadConfig, load_model
+from lexi.model.moe import MoEFFN
+
+ROOT = Path(__file__).resolve().parents[2]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory):
+    path = tmp_path_factory.mktemp("moe") / "tiny-qwen3moe.gguf"
+    run_ = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "synth_gguf.py"), "write", "tiny-qwen3moe", str(path), "--vocab", "4096"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert run_.returncode == 0, run_.stderr[-3000:]
+    f = read_gguf(path)
+    return load_model(f, LoadConfig(device="cpu", deterministic=True)), Tokenizer.from_gguf(f)
+
+
+def test_rows_on_different_experts_give_the_tokens_they_give_alone(tiny_moe, monkeypatch):
+    model, tok = tiny_moe
+    assert model.dtype == torch.bfloat16 and model.deterministic
+    steps: list[torch.Tensor] = []  # every layer's expert ids of every step
+
+    def recording(route):
+        def recording_route(x, force_rowwise=False):
+            ids, weights = route(x, force_rowwise)
+            steps.append(ids.clone())
+            return ids, weights
+
+        return recording_route
+
+    for block in model.blocks:
+        assert isinstance(block.mlp, MoEFFN)
+        monkeypatch.setattr(block.mlp, "route", recording(block.mlp.route))
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(300, 4096, (n,), generator=gen).tolist() for n in (21, 6, 35, 13)]
+    config = dict(parallel=4, ctx_size=128, batch_size=32)
+    with running_engine(model, tok, **config) as engine:
+        alone = [tokens_of(run(collect(engine, GenerationRequest(p, GREEDY)))) for p in prompts]
+    steps.clear()
+    with running_engine(model, tok, **config) as engine:
+
+        async def together():
+            return await asyncio.gather(*(collect(engine, GenerationRequest(p, GREEDY)) for p in prompts))
+
+        batched = [tokens_of(d) for d in run(together())]
+    # Some batched step held rows whose expert choices differ (so rows met different experts in one call).
+    mixed = [ids for ids in steps if ids.shape[0] > 1 and len({tuple(sorted(r)) for r in ids.tolist()}) > 1]
+    assert mixed, f"no step routed its rows to different experts: {len(steps)} steps, {[s.tolist() for s in steps[:3]]}"
+    assert batched == alone
