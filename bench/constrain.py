@@ -11,8 +11,11 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
   schema whose answer runs long, at 1 and 8 concurrent sequences; the ratio is the target's measure.
 - pace: median time between tokens of one free stream, alone and while a cold compile of the
   largest schema runs on the compiler's worker thread.
+- bounds: DFA states and cold compile p50 (a fresh `Index` each time) of one bounded value in an object,
+  as translated (counted repeats past the state budget widened) and written out exactly; a written-out
+  regex over 2e8 states x tokens (about 10 s a compile) is counted, not compiled.
 
-    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--no-append]
+    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--only bounds] [--no-append]
 
 Prints a table and appends it to bench/RESULTS.md with the date, commit and machine.
 """
@@ -33,12 +36,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # LexiEngine's own setting 
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from outlines_core import Index  # noqa: E402
 from run_info import commit  # noqa: E402
 
 from lexi.chat.constraint_compiler import ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
 from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
+from lexi.chat.regex_cost import dfa_states  # noqa: E402
 from lexi.chat.response_format import ResponseFormat  # noqa: E402
+from lexi.chat.schema_regex import SchemaRegex  # noqa: E402
 from lexi.chat.tools import Tool, ToolChoice, ToolSet  # noqa: E402
 from lexi.engine.bitmask import TokenBitmask  # noqa: E402
 from lexi.engine.config import EngineConfig  # noqa: E402
@@ -116,6 +122,45 @@ LONG = {
     "properties": {"items": {"type": "array", "items": {"type": "string"}}},
     "required": ["items"],
 }
+
+
+def one_value(schema: dict) -> dict:
+    return {"type": "object", "properties": {"v": schema}, "required": ["v"]}
+
+
+BOUNDS = {
+    "string maxLength 40": one_value({"type": "string", "maxLength": 40}),
+    "string maxLength 256": one_value({"type": "string", "maxLength": 256}),
+    "string maxLength 16": one_value({"type": "string", "maxLength": 16}),
+    "integers maxItems 20": one_value({"type": "array", "items": {"type": "integer"}, "maxItems": 20}),
+    "strings maxItems 20": one_value({"type": "array", "items": {"type": "string"}, "maxItems": 20}),
+    "integer in [-37, 1234]": one_value({"type": "integer", "minimum": -37, "maximum": 1234}),
+    "integer in (-5, 300)": one_value({"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 300}),
+}
+MAX_COMPILED = 200_000_000  # states x tokens (~10 s of compile) past which a regex is counted, not compiled
+
+
+def bound_rows(name: str, vocab: ConstraintVocabulary, repeats: int = 3) -> list[str]:
+    """| model | schema | regex | states | cold compile p50 ms | per state ms |, as translated and written out."""
+    rows = []
+    for label, schema in BOUNDS.items():
+        translated = SchemaRegex(schema).regex()
+        for mode, regex in (("as translated", translated), ("written out", SchemaRegex(schema, 10**9).regex())):
+            if mode == "written out" and regex == translated:
+                continue
+            states = dfa_states(regex)
+            if states * vocab.size > MAX_COMPILED:
+                rows.append(f"| {name} | {label} | {mode} | {states} | not run | |")
+            else:
+                times = []
+                for _ in range(repeats if states * vocab.size < MAX_COMPILED // 4 else 1):
+                    start = time.perf_counter()
+                    Index(regex, vocab.outlines)
+                    times.append(time.perf_counter() - start)
+                p50 = statistics.median(times)
+                rows.append(f"| {name} | {label} | {mode} | {states} | {p50 * 1e3:.0f} | {p50 * 1e3 / states:.1f} |")
+            print(rows[-1], flush=True)
+    return rows
 
 
 def plans() -> dict[str, object]:
@@ -229,10 +274,14 @@ def pace_during_compile(engine, compiler, tok, regex: str) -> tuple[float, float
     return statistics.median(alone), statistics.median(during), box["seconds"]
 
 
-def measure(name: str) -> list[str]:
+def vocabulary(name: str):
     f = read_gguf(resolve_model(name))
     tok = Tokenizer.from_gguf(f)
-    vocab = ConstraintVocabulary(tok)
+    return f, tok, ConstraintVocabulary(tok)
+
+
+def measure(name: str) -> tuple[list[str], list[str], str]:
+    f, tok, vocab = vocabulary(name)
     rows = []
     for label, plan in plans().items():
         cold = ConstraintCompiler(vocab)
@@ -282,6 +331,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gemma3-270m"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    parser.add_argument("--only", choices=["bounds"], help="only the bounds table (no model load, no decoding)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
@@ -291,11 +341,17 @@ def main() -> None:
     ]
     decode = ["| model | streams | free tok/s | constrained tok/s | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
     pace = ["| model | ms/token alone | ms/token during a cold compile | compile s |", "| --- | ---: | ---: | ---: |"]
+    bounds = [
+        "| model | one value in an object | regex | DFA states | cold compile p50 ms | ms a state |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
     for name in args.models:
-        rows, dec, p = measure(name)
-        masks += rows
-        decode += dec
-        pace.append(p)
+        if args.only != "bounds":
+            rows, dec, p = measure(name)
+            masks += rows
+            decode += dec
+            pace.append(p)
+        bounds += bound_rows(name, vocabulary(name)[2])
     import platform
 
     header = (
@@ -304,7 +360,8 @@ def main() -> None:
         f"{platform.python_version()}, torch {torch.__version__}; {args.threads} threads; load {load_before:.1f} "
         f"before, {os.getloadavg()[0]:.1f} after.\n"
     )
-    text = "\n\n".join([header, "\n".join(masks), "\n".join(decode), "\n".join(pace)]) + "\n"
+    tables = [bounds] if args.only == "bounds" else [masks, decode, pace, bounds]
+    text = "\n\n".join([header, *("\n".join(t) for t in tables)]) + "\n"
     print("\n" + text)
     if not args.no_append:
         with RESULTS.open("a") as f:

@@ -61,7 +61,9 @@ def function_call(tool: Tool) -> str | None:
 
 def _text_value(schema) -> str:
     """A string parameter written as raw text: its enum values when it lists them, a length bound when it is
-    too short to hold the closing tag, else any text without `</parameter>` (other keywords widened)."""
+    too short to hold the closing tag, else any text without `</parameter>` (other keywords widened). A longer
+    bound would be counted in the DFA that avoids the tag: ~19 states a character (the character, its UTF-8
+    continuation states, the tag's 11 prefixes), past the repeat budget of `regex_cost` from 12 on."""
     if isinstance(schema, dict):
         choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
         if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):

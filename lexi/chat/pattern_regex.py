@@ -15,6 +15,7 @@ import re
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
+from lexi.chat.regex_cost import bounded_repeat
 from lexi.chat.regex_text import (
     ALL,
     Charset,
@@ -24,18 +25,9 @@ from lexi.chat.regex_text import (
     json_char,
     normalize,
     python_category,
-    repeat,
     seq,
     subtract,
 )
-
-MAX_COUNT = 64  # a larger repeat count is widened to "at least min(count, 64)" times / unbounded
-# Counted repeats of JSON text (string characters, array items) multiply the states of the compiled index,
-# and each state costs a pass over the vocabulary: on Gemma's 262,144 tokens, a schema with strings of at
-# most 40 and 20 characters took 8.6 s to compile, 0.6 s once those bounds are widened. Repeats of that
-# kind are written out up to 16 and widened past it. (A raw quote inside a string-rooted answer made them
-# exponential too: see `schema_regex`, which writes such quotes as \u0022.)
-MAX_ESCAPED_COUNT = 16
 
 _CATEGORIES = {
     sre.CATEGORY_DIGIT: ("digit", False),
@@ -113,14 +105,6 @@ def _node(op, arg, q: bool) -> str | None:
     if op is sre.BRANCH:
         return alt(_sequence(branch, q) for branch in arg[1])
     raise Untranslatable(f"{op} is not supported in a pattern")
-
-
-def bounded_repeat(part: str, low: int, high: int | None) -> str:
-    """`part` low..high times, the bounds widened where writing them out would cost too much to compile."""
-    limit = MAX_ESCAPED_COUNT if "\\u005C" in part else MAX_COUNT
-    if low > limit or (high is not None and high > limit):
-        low, high = min(low, limit), None
-    return repeat(part, low, high)
 
 
 def _charset(items) -> Charset:

@@ -3,14 +3,14 @@
 The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
-`not`, `if`/`then`/`else`, property counts, untranslatable patterns, repeat counts and integer bounds
-too large to write out, and nesting past a depth limit: there the regex holds a hole (a NUL
-character, which JSON text never contains raw), and the per-request constraint lets the model open
-any container at a hole and leaves the rest of the output free (a regex cannot count brackets, and
-writing every level out costs ~4x per level in the compiled index). The one narrowing follows common
-practice: an object that lists `properties` and says nothing about others accepts only the listed
-ones. The output is still verified against the schema as written, so widening never lets an invalid
-value through to the client.
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, counted repeats (string lengths,
+item counts) past their compile budget (`regex_cost`), integer bounds of more than 18 digits, and
+nesting past a depth limit: there the regex holds a hole (a NUL character, which JSON text never
+contains raw), and the per-request constraint lets the model open any container at a hole and leaves
+the rest of the output free (a regex cannot count brackets, and writing every level out costs ~4x per
+level in the compiled index). The one narrowing follows common practice: an object that lists
+`properties` and says nothing about others accepts only the listed ones. The output is still verified
+against the schema as written, so widening never lets an invalid value through to the client.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.pattern_regex import MAX_ESCAPED_COUNT, Untranslatable, any_json_char, bounded_repeat, pattern_body
+from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
+from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat
 from lexi.chat.regex_text import alt, literal, repeat
 from lexi.chat.schema_refs import resolve_ref
 
@@ -43,8 +44,9 @@ OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternPro
 class SchemaRegex:
     """Translates one root schema (its $refs resolve against the root)."""
 
-    def __init__(self, root: Mapping[str, Any] | bool) -> None:
+    def __init__(self, root: Mapping[str, Any] | bool, budget: int = REPEAT_STATES) -> None:
         self.root = root
+        self.budget = budget  # DFA states a counted repeat may add before it is widened (see regex_cost)
         # A raw quote byte inside a string-rooted answer would restart the match in the unanchored DFA that
         # outlines-core also builds, and counted string characters then cost exponential compile time
         # (Gemma: 1.5 s for a 10-character bound, 286 s for 20). Such answers write a quote as \u0022: the
@@ -119,7 +121,7 @@ class SchemaRegex:
         high = _count(schema.get("maxLength"), None)
         if high is not None and low > high:
             return None
-        return QUOTE + bounded_repeat(self.char, low, high) + QUOTE
+        return QUOTE + bounded_repeat(self.char, low, high, self.budget) + QUOTE
 
     def array_regex(self, schema: Mapping[str, Any], depth: int) -> str | None:
         prefix = schema.get("prefixItems")
@@ -142,9 +144,9 @@ class SchemaRegex:
             return None
         if item is None or high == 0:
             return "\\u005B" + WS + "\\u005D" if low == 0 else None
-        if low > MAX_ESCAPED_COUNT or (high is not None and high > MAX_ESCAPED_COUNT):
-            low, high = min(low, MAX_ESCAPED_COUNT), None  # counted copies of the item cost as string bounds do
-        body = item + repeat(COMMA + item, max(low - 1, 0), None if high is None else high - 1)
+        # counted copies of the item cost its states each, as string characters do
+        more = bounded_repeat(COMMA + item, max(low - 1, 0), None if high is None else high - 1, self.budget, 16)
+        body = item + more
         if low == 0:
             body = f"(?:{body})?"
         return "\\u005B" + WS + body + WS + "\\u005D"

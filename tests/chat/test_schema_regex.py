@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
+from lexi.chat.regex_cost import REPEAT_STATES, copy_states
 from lexi.chat.schema_refs import resolve_ref
-from lexi.chat.schema_regex import HOLE, SchemaRegex, _merge, int_range, schema_regex
+from lexi.chat.schema_regex import COMMA, HOLE, SchemaRegex, _merge, int_range, schema_regex
 
 SCHEMAS: dict[str, Any] = {
     "strings": {
@@ -145,6 +146,20 @@ SCHEMAS: dict[str, Any] = {
                 },
             },
         },
+    },
+    "bounds": {  # counted past the old limit of 16: written out where cheap, widened where not
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 40},
+            "text": {"type": "string", "minLength": 3, "maxLength": 256},
+            "code": {"type": "string", "minLength": 17, "maxLength": 17},
+            "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 20},
+            "range": {"type": "integer", "minimum": -37, "maximum": 1234},
+            "byte": {"type": "integer", "minimum": 0, "maximum": 255},
+            "open_ends": {"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 300},
+            "letters": {"type": "string", "pattern": "^[a-z]{70,100}$"},
+        },
+        "required": ["name", "numbers"],
     },
     "any_json_object": {"type": "object"},
     "boolean_true": True,
@@ -331,3 +346,65 @@ def test_integer_ranges_are_exact(low, high, n):
         pattern = re.compile(int_range(lo, hi))
         inside = (lo is None or n >= lo) and (hi is None or n <= hi)
         assert bool(pattern.fullmatch(str(n))) == inside, (lo, hi, n)
+
+
+EXACT = {  # bounds the regex writes out: what it accepts is exactly what the schema accepts
+    "string_2_17": {"type": "string", "minLength": 2, "maxLength": 17},
+    "numbers_3_20": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 20},
+    "enums_0_30": {"type": "array", "items": {"enum": ["a", "bc", 7]}, "maxItems": 30},
+    "range": {"type": "integer", "minimum": -37, "maximum": 1234},
+    "byte": {"type": "integer", "minimum": 0, "maximum": 255},
+    "open_ends": {"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 300},
+    "fractional_ends": {"type": "integer", "exclusiveMinimum": -0.5, "maximum": 99.9},
+    "letters_70_100": {"type": "string", "pattern": "^[a-z]{70,100}$"},
+    "in_object": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "tags": {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 20},
+        },
+        "required": ["id", "tags"],
+    },
+}
+
+
+@pytest.mark.parametrize("name", EXACT)
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=st.data())
+def test_bounds_written_out_are_exact(name, data):
+    """Every text the regex accepts is a valid value (drawn from the regex itself), and every valid value
+    (drawn from the schema) is accepted."""
+    schema = EXACT[name]
+    regex = schema_regex(schema)
+    text = data.draw(st.from_regex(re.compile(regex), fullmatch=True))
+    jsonschema.validate(json.loads(text), schema)
+    value = data.draw(from_schema(with_narrowing(schema)))
+    assert re.fullmatch(regex, dumps(ordered(value, schema, schema), schema)), value
+
+
+@pytest.mark.parametrize("kind", ["string", "array", "pattern"])
+@pytest.mark.parametrize("bound", [16, 17, 20, 40, 64, 100, 256])
+def test_a_bound_is_written_out_unless_its_copies_cost_more_than_the_budget(kind, bound):
+    """The rule: a counted repeat is exact while `bound` copies cost at most REPEAT_STATES DFA states (or
+    within what was always written out); past that the regex accepts one more than the bound (widened)."""
+    if kind == "string":
+        schema, part, always = {"type": "string", "maxLength": bound}, SchemaRegex({"type": "string"}).char, 16
+        over = json.dumps("x" * (bound + 1))
+    elif kind == "array":
+        schema, always = {"type": "array", "items": {"type": "integer"}, "maxItems": bound}, 16
+        part = SchemaRegex(schema).value({"type": "integer"}, 1)
+        part, over = COMMA + part, json.dumps([1] * (bound + 1))
+        bound -= 1  # the first item is written before the counted copies
+    else:
+        schema, part, always = {"type": "string", "pattern": f"^[a-z]{{0,{bound}}}$"}, "[a-z]", 64
+        over = json.dumps("x" * (bound + 1))
+    exact = bound <= always or bound * copy_states(part) <= REPEAT_STATES
+    assert bool(re.fullmatch(schema_regex(schema), over)) is not exact, (kind, bound, copy_states(part))
+
+
+def test_a_json_string_character_costs_thirteen_states():
+    """Raw (with the continuation bytes of 2-, 3- and 4-byte UTF-8), short escapes and \\uXXXX: why 40
+    characters (about 520 states) are past the budget and 16 are within it."""
+    assert copy_states(SchemaRegex({"type": "object"}).char) == 13
+    assert copy_states("[0-9]") == 1
+    assert 16 * 13 <= REPEAT_STATES < 40 * 13

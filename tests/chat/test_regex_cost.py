@@ -1,0 +1,56 @@
+"""The cost model of constraint regexes: states counted over a byte vocabulary are the states outlines-core
+builds its index with on the bundled models' real vocabularies (their byte tokens reach every state)."""
+
+from __future__ import annotations
+
+import pytest
+from outlines_core import Index
+
+from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states
+from lexi.chat.regex_text import repeat
+from lexi.chat.schema_regex import schema_regex
+
+
+def one_value(schema: dict) -> dict:
+    return {"type": "object", "properties": {"v": schema}, "required": ["v"]}
+
+
+REGEXES = {
+    "string": schema_regex(one_value({"type": "string"})),
+    "string_16": schema_regex(one_value({"type": "string", "maxLength": 16})),
+    "range": schema_regex(one_value({"type": "integer", "minimum": -37, "maximum": 1234})),
+    "numbers_20": schema_regex(one_value({"type": "array", "items": {"type": "integer"}, "maxItems": 20})),
+}
+
+
+def index_states(regex: str, vocab: ConstraintVocabulary) -> int:
+    index = Index(regex, vocab.outlines)
+    return len(set(index.get_transitions()) | set(index.get_final_states()))
+
+
+@pytest.mark.parametrize("name", REGEXES)
+def test_states_counted_over_bytes_are_the_index_states_on_smollm2(name, smollm2_tokenizer):
+    assert dfa_states(REGEXES[name]) == index_states(REGEXES[name], ConstraintVocabulary(smollm2_tokenizer))
+
+
+def test_states_counted_over_bytes_are_the_index_states_on_gemma(gemma3_tokenizer):
+    vocab = ConstraintVocabulary(gemma3_tokenizer)
+    for name in ("string", "range"):  # the cheap ones: each state is a pass over 262k tokens
+        assert dfa_states(REGEXES[name]) == index_states(REGEXES[name], vocab), name
+
+
+def test_copies_cost_what_copy_states_says():
+    char = "(?:[a-z]|\\u005C[nt])"
+    for count in (2, 5, 9):
+        assert dfa_states(repeat(char, count, count)) == dfa_states(char) + (count - 1) * copy_states(char)
+
+
+def test_bounded_repeat_widens_past_the_budget_only():
+    char = "(?:[a-z]|\\u005C[nt])"  # a copy: the character, and the state after a backslash
+    assert copy_states(char) == 2
+    fits = REPEAT_STATES // 2
+    assert bounded_repeat(char, 0, fits) == repeat(char, 0, fits)
+    assert bounded_repeat(char, 0, fits + 1) == repeat(char, 0, None)
+    assert bounded_repeat(char, fits + 5, None) == repeat(char, fits, None)  # at least as many as fit
+    assert bounded_repeat(char, 0, 40, budget=10, always=40) == repeat(char, 0, 40)

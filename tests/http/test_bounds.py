@@ -1,0 +1,83 @@
+"""Counted bounds over real servers: a forced call in each form, at temperature 1.0 over several seeds, keeps
+the bounds the constraint writes out (a string under 12 characters, an integer range, 3 to 20 items) and
+validates (no 422). The JSON form comes from the engine's own tool prompt (the GGUF's ChatML template does
+not render tools), the function form from a Qwen3-Coder-style template. Bounds past the compile budget
+(`maxLength: 40`) are widened, not enforced: see README, Structured output."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+from server_process import Server
+
+SEEDS = range(6)
+TEMPLATES = Path(__file__).with_name("templates")
+LABEL = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "minLength": 2, "maxLength": 11},
+        "score": {"type": "integer", "minimum": -37, "maximum": 1234},
+        "levels": {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0, "maximum": 99},
+            "minItems": 3,
+            "maxItems": 20,
+        },
+    },
+    "required": ["code", "score", "levels"],
+}
+
+
+@pytest.fixture(scope="module")
+def clients():
+    """form -> (client, model): a server per call form, both launched before either is waited for."""
+    servers = {
+        "json": Server("--dtype", "float32", "--parallel", "3"),
+        "function": Server(
+            "--chat-template-file", str(TEMPLATES / "coder_tools.jinja"), "--dtype", "float32", "--parallel", "3"
+        ),
+    }
+    for server in servers.values():
+        server.launch()
+    try:
+        made = {}
+        for form, server in servers.items():
+            server.wait_ready()
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+            made[form] = (client, client.models.list().data[0].id)
+        yield made
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_forced_call_keeps_counted_bounds_at_temperature_one(clients, form):
+    client, model = clients[form]
+
+    def call(seed):
+        return client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Label this parcel for shipping: a short code, a score, levels."}],
+            tools=[{"type": "function", "function": {"name": "label", "parameters": LABEL}}],
+            tool_choice={"type": "function", "function": {"name": "label"}},
+            parallel_tool_calls=False,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=200,  # room to close: this test does not lean on budget-aware closing
+        )
+
+    with ThreadPoolExecutor(3) as pool:
+        replies = list(pool.map(call, SEEDS))
+    for seed, reply in zip(SEEDS, replies, strict=True):
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", (form, seed, choice)
+        (tool_call,) = choice.message.tool_calls
+        arguments = json.loads(tool_call.function.arguments)
+        jsonschema.validate(arguments, LABEL)
+        assert 2 <= len(arguments["code"]) <= 11 and 3 <= len(arguments["levels"]) <= 20, (form, seed, arguments)
