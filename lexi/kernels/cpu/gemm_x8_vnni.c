@@ -40,7 +40,7 @@ static inline __m256 fp16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu
    from memory against 15 GB/s from L2, one thread). */
 #define PREFETCH_AHEAD 2
 static inline void prefetch_ahead(const uint8_t *block, int bytes) {
-    for (int l = 0; l < bytes; l += 64) _mm_prefetch((const char *)block + PREFETCH_AHEAD * bytes + l, _MM_HINT_T0);
+    _Pragma("GCC unroll 32") for (int l = 0; l < bytes; l += 64) _mm_prefetch((const char *)block + PREFETCH_AHEAD * bytes + l, _MM_HINT_T0);
 }
 
 static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v); }
