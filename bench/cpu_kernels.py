@@ -33,14 +33,15 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))  # (N, K): q/o, gate/up, down
 TYPES = (Q.Q4_K, Q.Q6_K)
 ROWS = (1, 4, 256)
+# Byte offsets of each type's fp16 fields (d, and m or dmin) in its block.
+F16_FIELDS = {Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
 
 
 def random_rows(qtype: GGMLQuantizationType, n: int, k: int) -> np.ndarray:
     """(n, row_bytes) random blocks with small finite fp16 scales (the speed does not depend on the values)."""
     block, size = GGML_QUANT_SIZES[qtype]
     raw = np.random.default_rng(0).integers(0, 256, size=(n, k // block, size), dtype=np.uint8)
-    offsets = (0, 2) if qtype == Q.Q4_K else (208,)
-    for off in offsets:
+    for off in F16_FIELDS[qtype]:
         raw[:, :, off : off + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
     return raw.reshape(n, -1)
 
