@@ -3,8 +3,9 @@
 The model loads once (the interleaved layouts are the same bytes for every x86 variant); before each measurement
 the model's `CpuKernels` gets a fresh `_cpu.Kernels` of the variant measured, so nothing else differs: same
 weights in the same pages, same KV cache, same Python. Rows: a 128-token prefill chunk (ms), and `--steps`
-decode steps of one sequence after a 128-token context (tok/s), median of `--reps` rounds, the variants
-alternating within a round. The ratio is the last variant's speed over the first's.
+decode steps of one sequence after a 128-token context (tok/s), in wall time and in the process's CPU time,
+median of `--reps` rounds, the variants alternating within a round. The ratio is the last variant's speed over
+the first's.
 
     .venv/bin/python bench/synth_gguf.py write llama3-1b /tmp/llama3-1b.gguf
     .venv/bin/python bench/cpu_isa_e2e.py /tmp/llama3-1b.gguf [--reps 5] [--steps 16] [--no-append]
@@ -42,8 +43,10 @@ def load(path: str):
     return out["m"]
 
 
-def measure(model, steps: int, seed: int) -> tuple[float, float]:
-    """(prefill ms of a CTX-token chunk, decode tok/s over `steps` one-token steps after it)."""
+def measure(model, steps: int, seed: int) -> tuple[float, float, float, float]:
+    """Prefill of a CTX-token chunk, then `steps` one-token decode steps: (prefill ms, prefill CPU ms, decode tok/s,
+    decode CPU ms a token). CPU time is the process's (every thread's), which a busy neighbour does not inflate
+    as it does wall time (with more than one thread, a worker's spin while it waits for another counts)."""
     import torch
 
     from lexi.kernels.paged_attention import AttentionMetadata
@@ -54,15 +57,15 @@ def measure(model, steps: int, seed: int) -> tuple[float, float]:
     gen = torch.Generator().manual_seed(seed)
     with torch.inference_mode():
         prompt = torch.randint(1000, 20000, (CTX,), generator=gen)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         logits = model(prompt, AttentionMetadata.build([CTX], [0], table, BLOCK), cache)
-        prefill = time.perf_counter() - t0
+        prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
         token = logits.argmax(-1)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for done in range(CTX, CTX + steps):
             token = model(token, AttentionMetadata.build([1], [done], table, BLOCK), cache).argmax(-1)
-        decode = time.perf_counter() - t0
-    return prefill * 1e3, steps / decode
+        decode, decode_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return prefill * 1e3, prefill_cpu * 1e3, steps / decode, decode_cpu / steps * 1e3
 
 
 def main() -> None:
@@ -74,29 +77,28 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--isas", nargs="+", default=[i for i in available_isas() if i != "scalar"])
+    p.add_argument("--threads", type=int, default=None, help="the kernels' threads (default: the model's)")
     p.add_argument("--no-append", action="store_true")
     args = p.parse_args()
     model = load(args.model)
     kernels = model.cpu_kernels
-    threads = kernels.threads
+    threads = args.threads or kernels.threads
     variants = {isa: _cpu.Kernels(threads, isa) for isa in args.isas}
-    results = {isa: ([], []) for isa in args.isas}
+    samples = {isa: [] for isa in args.isas}
     for rep in range(args.reps + 1):  # round 0 warms up
         for isa in args.isas:
             kernels.impl = variants[isa]
-            pre, tok = measure(model, args.steps, rep)
+            figures = measure(model, args.steps, rep)
             if rep:
-                results[isa][0].append(pre)
-                results[isa][1].append(tok)
-    pre = {isa: statistics.median(v[0]) for isa, v in results.items()}
-    tok = {isa: statistics.median(v[1]) for isa, v in results.items()}
+                samples[isa].append(figures)
+    med = {isa: [statistics.median(col) for col in zip(*rows, strict=True)] for isa, rows in samples.items()}
     first, last = args.isas[0], args.isas[-1]
-    lines = [
-        f"| test | {' | '.join(args.isas)} | ratio |",
-        "| --- |" + " ---: |" * (len(args.isas) + 1),
-        f"| prefill {CTX} (ms) | {' | '.join(f'{pre[i]:.0f}' for i in args.isas)} | {pre[first] / pre[last]:.2f}x |",
-        f"| decode (tok/s) | {' | '.join(f'{tok[i]:.2f}' for i in args.isas)} | {tok[last] / tok[first]:.2f}x |",
-    ]
+    lines = [f"| test | {' | '.join(args.isas)} | ratio |", "| --- |" + " ---: |" * (len(args.isas) + 1)]
+    labels = (f"prefill {CTX} (ms)", f"prefill {CTX} (CPU ms)", "decode (tok/s)", "decode (CPU ms a token)")
+    for col, label in enumerate(labels):
+        cells = " | ".join(f"{med[i][col]:.2f}" if col == 2 else f"{med[i][col]:.0f}" for i in args.isas)
+        faster = med[last][col] / med[first][col] if col == 2 else med[first][col] / med[last][col]
+        lines.append(f"| {label} | {cells} | {faster:.2f}x |")
     print("\n".join(lines))
     if args.no_append:
         return
@@ -105,7 +107,7 @@ def main() -> None:
     with RESULTS.open("a") as f:
         f.write(f"\n\n### bench/cpu_isa_e2e.py, {now}, commit {commit()}\n\n")
         f.write(
-            f"Machine: {machine()}. Model {Path(args.model).name}, {threads} kernel threads, --activations "
+            f"Machine: {machine()}. Model {Path(args.model).name}, {threads} kernel thread(s), --activations "
             f"{kernels.activations}; the same loaded model with each ISA variant's kernels swapped in, interleaved, "
             f"median of {args.reps} rounds ({args.steps} decode steps after a {CTX}-token prefill each); "
             f"ratio {last} over {first}. Load average after: {load_avg}.\n\n"
