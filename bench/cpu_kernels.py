@@ -3,8 +3,9 @@
 For every (type, shape, rows of x) the variants run interleaved, rep after rep (a busy neighbour slows them alike),
 each on its own repacked copy of the same random weight, as a model load makes it; the figure is the median.
 Rows of x: 1 and 4 (decode steps), 256 (a prefill chunk). GB/s counts the weight bytes read once per call (the
-interleaved layout's size), so decode rows read as bandwidth and prefill rows mostly as compute. The ratio is the
-last variant's speed over the first's (avx512vnni over avx2 on a CPU that has both).
+interleaved layout's size), so decode rows read as bandwidth and prefill rows mostly as compute; CPU ms is the
+process's CPU time a call, the steadier figure on a shared machine. The ratios are the last variant's speed over
+the first's (avx512vnni over avx2 on a CPU that has both), in wall and in CPU time.
 
     .venv/bin/python bench/cpu_kernels.py [--reps 7] [--threads 2] [--activations int16] [--no-append]
 """
@@ -46,11 +47,13 @@ def random_rows(qtype: GGMLQuantizationType, n: int, k: int) -> np.ndarray:
     return raw.reshape(n, -1)
 
 
-def time_call(fn, reps_inner: int) -> float:
-    start = time.perf_counter()
+def time_call(fn, reps_inner: int) -> tuple[float, float]:
+    """(wall, process CPU) seconds a call. CPU time is what a busy neighbour does not inflate (with more than one
+    thread it counts a worker's spin while it waits for the other)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(reps_inner):
         fn()
-    return (time.perf_counter() - start) / reps_inner
+    return (time.perf_counter() - start) / reps_inner, (time.process_time() - cpu) / reps_inner
 
 
 def main() -> None:
@@ -63,8 +66,9 @@ def main() -> None:
     p.add_argument("--no-append", action="store_true")
     args = p.parse_args()
     kernels = {isa: CpuKernels(args.threads, isa, args.activations) for isa in args.isas}
-    header = f"| type | N x K | rows | {' | '.join(f'{i} ms | {i} GB/s' for i in args.isas)} | ratio |"
-    lines = [header, "|" + " --- |" * 3 + " ---: |" * (2 * len(args.isas) + 1)]
+    cols = " | ".join(f"{i} ms | {i} GB/s | {i} CPU ms" for i in args.isas)
+    header = f"| type | N x K | rows | {cols} | ratio | CPU ratio |"
+    lines = [header, "|" + " --- |" * 3 + " ---: |" * (3 * len(args.isas) + 2)]
     print(header, flush=True)
     for name in args.types:
         qtype = Q[name]
@@ -77,16 +81,18 @@ def main() -> None:
                 calls = {i: (lambda x=x, w=weights[i], kern=kernels[i]: cpu_qmatmul(x, [w], kern)) for i in args.isas}
                 inner = {isa: 1 for isa in args.isas}
                 for isa, fn in calls.items():  # warm-up, and enough calls per sample for ~50 ms
-                    t = time_call(fn, 1)
+                    t = time_call(fn, 1)[0]
                     inner[isa] = max(1, int(0.05 / max(t, 1e-6)))
                 samples = {isa: [] for isa in args.isas}
                 for _ in range(args.reps):
                     for isa, fn in calls.items():
                         samples[isa].append(time_call(fn, inner[isa]))
-                med = {isa: statistics.median(s) for isa, s in samples.items()}
-                cells = " | ".join(f"{med[i] * 1e3:.2f} | {nbytes / med[i] / 1e9:.1f}" for i in args.isas)
-                ratio = med[args.isas[0]] / med[args.isas[-1]]
-                line = f"| {name} | {n} x {k} | {m} | {cells} | {ratio:.2f}x |"
+                med = {isa: [statistics.median(c) for c in zip(*s, strict=True)] for isa, s in samples.items()}
+                cells = " | ".join(
+                    f"{med[i][0] * 1e3:.2f} | {nbytes / med[i][0] / 1e9:.1f} | {med[i][1] * 1e3:.2f}" for i in args.isas
+                )
+                first, last = med[args.isas[0]], med[args.isas[-1]]
+                line = f"| {name} | {n} x {k} | {m} | {cells} | {first[0] / last[0]:.2f}x | {first[1] / last[1]:.2f}x |"
                 lines.append(line)
                 print(line, flush=True)
     if args.no_append:
@@ -98,7 +104,7 @@ def main() -> None:
         f.write(
             f"Machine: {machine()}. {args.threads} threads, --activations {args.activations} (rows of x count "
             f"once; int16 runs two int8 terms each), median of {args.reps} interleaved reps; GB/s of the "
-            f"interleaved weight's bytes per call; ratio {args.isas[-1]} over {args.isas[0]}. Load average after: "
+            f"interleaved weight's bytes per call; ratios {args.isas[-1]} over {args.isas[0]}. Load average after: "
             f"{load}.\n\n"
         )
         f.write("\n".join(lines) + "\n")
