@@ -123,10 +123,12 @@ static void x8_q4_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc
 /* ---- Q6_K: 4 + 2 bits, int8 scales per 16 values, offsets 32 s. Step s (values 4s..4s+3, group s / 4) is the
    low (s < 32) or high nibble of L_{s % 32} and bits 2 (s / 16) of H_{s % 16}; so steps p, p + 16, p + 32, p + 48
    share the registers L_p, L_{p+16}, H_p, and the four steps p = 4 p4 + e (e = 0..3) make group p4 + 4j ---- */
-static inline __m256i q6_values(__m256i l, __m256i h, int lshift, int hshift, __m256i m4, __m256i m2) {
+/* Bits hshift, hshift + 1 of h moved to bits 4-5 in one shift (none for 4), then masked and or-ed in one vpternlog:
+   within each byte, as 16-bit shifts leave bits 4-5 to the byte's own bits. */
+static inline __m256i q6_values(__m256i l, __m256i h, int lshift, int hshift, __m256i m4, __m256i m30) {
     __m256i lo = _mm256_and_si256(lshift ? _mm256_srli_epi16(l, 4) : l, m4);
-    __m256i hi = _mm256_and_si256(hshift ? _mm256_srli_epi16(h, hshift) : h, m2);
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    __m256i hi = hshift < 4 ? _mm256_slli_epi16(h, 4 - hshift) : hshift > 4 ? _mm256_srli_epi16(h, hshift - 4) : h;
+    return _mm256_ternarylogic_epi32(lo, hi, m30, 0xF8); /* lo | (hi & m30) */
 }
 
 /* The int8 scales of group grp for the 8 rows, as int32: pair u = grp / 2 holds (s_2u, s_2u+1) per row. */
@@ -150,8 +152,8 @@ static inline __m256i q6_scales(const uint8_t *g, int grp) {
                 __m256i lp = _mm256_loadu_si256((const __m256i *)(L + 32 * p));                             \
                 __m256i lq = _mm256_loadu_si256((const __m256i *)(L + 32 * (p + 16)));                      \
                 __m256i hp = _mm256_loadu_si256((const __m256i *)(H + 32 * p));                             \
-                __m256i v[4] = {q6_values(lp, hp, 0, 0, m4, m2), q6_values(lq, hp, 0, 2, m4, m2),           \
-                                q6_values(lp, hp, 1, 4, m4, m2), q6_values(lq, hp, 1, 6, m4, m2)};          \
+                __m256i v[4] = {q6_values(lp, hp, 0, 0, m4, m30), q6_values(lq, hp, 0, 2, m4, m30),         \
+                                q6_values(lp, hp, 1, 4, m4, m30), q6_values(lq, hp, 1, 6, m4, m30)};        \
                 for (int c = 0; c < C; c++) {                                                               \
                     const int8_t *q = a->q + (c0 + c) * k + 256 * sb + 4 * p;                               \
                     for (int j = 0; j < 4; j++) dj[j][c] = _mm256_dpbusd_epi32(dj[j][c], v[j], bcast4(q + 64 * j)); \
@@ -176,7 +178,7 @@ static inline __m256i q6_scales(const uint8_t *g, int grp) {
     }
 
 static void x8_q6_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     KERNEL_BODY(Q6_K_BLOCKS)
 }
 
