@@ -35,15 +35,6 @@ static inline __m256i u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_l
 
 static inline __m256 fp16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* Every cache line of the block PREFETCH_BYTES ahead, into L2. The hardware prefetcher alone leaves the kernels
-   waiting on memory: Q6_K reads three interleaved streams per block (L_p, L_{p+16}, H_p), and one thread measured
-   5 GB/s from memory against 15 GB/s from L2; with this, 22 GB/s (Q4_K 22 -> 27 GB/s). */
-#define PREFETCH_BYTES 32768
-static inline void prefetch_ahead(const uint8_t *block, int bytes) {
-    _Pragma("GCC unroll 32") for (int l = 0; l < bytes; l += 64)
-        _mm_prefetch((const char *)block + PREFETCH_BYTES + l, _MM_HINT_T1);
-}
-
 static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v); }
 
 /* Columns of x four at a time, then two, then one: PER_BLOCK(C) adds every block's part for columns c0..c0+C-1. */
@@ -72,7 +63,7 @@ static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v
 #define Q4_K_BLOCKS(C)                                                                                      \
     for (int64_t sb = 0; sb < k / 256; sb++) {                                                              \
         const uint8_t *g = group + sb * 1184;                                                               \
-        prefetch_ahead(g, 1184);                                                                            \
+        x8_prefetch(g, 1184);                                                                               \
         __m256i t[C], os[C];                                                                                \
         for (int c = 0; c < C; c++) t[c] = os[c] = _mm256_setzero_si256();                                  \
         for (int t2 = 0; t2 < 4; t2++) {                                                                    \
@@ -140,7 +131,7 @@ static inline __m256i q6_scales(const uint8_t *g, int grp) {
 #define Q6_K_BLOCKS(C)                                                                                      \
     for (int64_t sb = 0; sb < k / 256; sb++) {                                                              \
         const uint8_t *g = group + sb * 1680, *L = g + 144, *H = g + 144 + 1024;                            \
-        prefetch_ahead(g, 1680);                                                                            \
+        x8_prefetch(g, 1680);                                                                               \
         __m256i t[C], os[C];                                                                                \
         for (int c = 0; c < C; c++) t[c] = os[c] = _mm256_setzero_si256();                                  \
         for (int p4 = 0; p4 < 4; p4++) {                                                                    \
@@ -187,7 +178,7 @@ static void x8_q6_k(const uint8_t *group, int64_t k, const act_q8 *a, float *acc
 #define Q8_0_BLOCKS(C)                                                                                      \
     for (int64_t b = 0; b < k / 32; b++) {                                                                  \
         const uint8_t *g = group + b * 272;                                                                 \
-        prefetch_ahead(g, 272);                                                                             \
+        x8_prefetch(g, 272);                                                                                \
         __m256i t[CHAINS(C)][C];                                                                            \
         for (int c = 0; c < C; c++) {                                                                       \
             const int16_t *gs = a->g + (c0 + c) * (k / 16) + 2 * b;                                         \
@@ -229,7 +220,7 @@ static inline __m256i fifth_bits_x8(__m256i qh, int j) {
     for (int64_t b = 0; b < k / 32; b++) {                                                                  \
         const uint8_t *g = group + b * (16 + 16 * HAS_M + 32 * HAS_QH + 128);                               \
         const uint8_t *qs = g + 16 + 16 * HAS_M + 32 * HAS_QH;                                              \
-        prefetch_ahead(g, 16 + 16 * HAS_M + 32 * HAS_QH + 128);                                             \
+        x8_prefetch(g, 16 + 16 * HAS_M + 32 * HAS_QH + 128);                                                \
         __m256i qh = HAS_QH ? _mm256_loadu_si256((const __m256i *)(g + 16 + 16 * HAS_M)) : m4;              \
         __m256i t[2][C];                                                                                    \
         for (int c = 0; c < C; c++) t[0][c] = t[1][c] = _mm256_setzero_si256();                             \
