@@ -1,4 +1,4 @@
-/* The row-interleaved layouts (repack.c) and their kernels (gemm_x8_avx2.c). */
+/* The row-interleaved layouts (repack.c) and their kernels (gemm_x8_avx2.c, gemm_x8_vnni.c). */
 #ifndef LEXI_REPACK_H
 #define LEXI_REPACK_H
 
