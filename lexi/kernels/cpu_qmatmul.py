@@ -8,8 +8,13 @@ does not depend on the batch it shares; `lexi/kernels/cpu/lexi_cpu.h`
 states the arithmetic and `qmatmul_ref` (dequantize, then a float32 matmul) is their yardstick.
 
 A weight keeps the file's bytes, memory-mapped (`CpuWeight.layout == "file"`), or, where this CPU has kernels for
-it, the same bytes rearranged eight rows at a time (`"x8"`: Q8_0, Q4_K, Q6_K under AVX2, +3% for Q4_K), built once
-at load; the mapped pages of a repacked tensor are then given back, so the model stays the file's size in memory.
+it, the same bytes rearranged eight rows at a time (`"x8"`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K under AVX2 and
+AVX-512 VNNI, one layout for both; +3% for Q4_K), built once at load; the mapped pages of a repacked tensor are then
+given back, so the model stays the file's size in memory.
+
+The kernels come in ISA variants compiled into every build (`available_isas()`): "scalar" (portable C), "avx2" and
+"avx512vnni" (AVX-512 F/BW/VL/VNNI: vpdpbusd in the interleaved kernels). `CpuKernels(isa="auto")` takes the widest
+the CPU runs; naming one forces it (tests compare each with "scalar" bit for bit).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ MAX_FUSED = 4  # weights one call may multiply by the same x (the C driver's lim
 
 
 def available_isas() -> tuple[str, ...]:
-    """The instruction sets the kernels can use on this CPU, portable first ("scalar", then "avx2")."""
+    """The kernel variants this CPU runs, portable first: "scalar", then "avx2", then "avx512vnni"."""
     return tuple(_cpu.isas())
 
 

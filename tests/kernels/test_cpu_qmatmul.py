@@ -9,6 +9,8 @@ the answer up to float32 rounding of the kernels' per-block sums (relative 1e-5 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -125,6 +127,41 @@ def test_rows_do_not_depend_on_the_batch(kernels, qtype):
             for m in (1, 2, 3, 4, 5, 8, 9):
                 got = run(kern, [w], x[:m])
                 assert np.array_equal(got, full[:m]), f"{isa} {w.layout}: {qtype.name} m={m} differs from m=9"
+
+
+X8_TYPES = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q6_K)  # repack.c's interleaved layouts
+
+
+@pytest.mark.parametrize("qtype", X8_TYPES, ids=lambda t: t.name)
+def test_interleaved_kernels_equal_the_portable_ones(kernels, qtype):
+    """Each ISA's kernels over the interleaved layout (AVX-512 VNNI's vpdpbusd, AVX2's vpmaddubsw) give the portable
+    kernels' bits on the file's rows, at every column count their loops split (4, 2, 1 columns per pass, both
+    activation terms) and a ragged N and K."""
+    n, k = shape_for(qtype)
+    n += 8  # 37 rows: four whole groups and a padded one
+    rows = random_rows(qtype, n, k, seed=300 + int(qtype))
+    x = np.random.default_rng(4).standard_normal((11, k)).astype(np.float32)
+    want = run(kernels["scalar"], [CpuWeight.from_rows(rows, qtype, (n, k))], x)
+    for isa, kern in kernels.items():
+        if isa == "scalar":
+            continue
+        packed = CpuWeight.repacked(kern, rows, qtype, (n, k), release=False)
+        assert packed.layout == "x8", f"{isa}: {qtype.name} has no interleaved kernel"
+        for m in (1, 2, 3, 4, 5, 6, 7, 11):
+            got = run(kern, [packed], x[:m])
+            bad = np.argwhere(got != want[:m])
+            assert not len(bad), f"{isa}: {qtype.name} m={m} differs from scalar at (row, col) {bad[:5].tolist()}"
+
+
+def test_vnni_is_chosen_where_the_cpu_has_it():
+    """auto picks AVX-512 VNNI where the CPU reports avx512f/bw/vl/vnni, and every variant can be forced."""
+    flags = set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
+    if not {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+        pytest.skip("this CPU lacks AVX-512 F/BW/VL/VNNI: the VNNI kernels cannot run here (AVX2 serves)")
+    assert available_isas()[-1] == "avx512vnni"
+    assert CpuKernels(1).isa == "avx512vnni"
+    for isa in available_isas():
+        assert CpuKernels(1, isa).isa == isa
 
 
 def test_fused_weights_equal_separate_calls(kernels):

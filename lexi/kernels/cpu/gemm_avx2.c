@@ -220,4 +220,7 @@ static void strip_avx2(const qtype_info *info, const uint8_t *const *rows, int64
 }
 
 const isa_kernels kernels_avx2 = {strip_avx2, quantize_avx2, lookup_avx2, gemv_lookup_avx2, x8_kernel_avx2, "avx2"};
+/* The same, with the interleaved layouts' kernels using vpdpbusd (chosen only where the CPU has AVX-512 VNNI). */
+const isa_kernels kernels_vnni = {strip_avx2, quantize_avx2, lookup_avx2, gemv_lookup_avx2, x8_kernel_vnni,
+                                  "avx512vnni"};
 #endif

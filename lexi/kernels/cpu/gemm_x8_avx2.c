@@ -46,6 +46,7 @@ static inline __m256 neg(__m256 v) { return _mm256_sub_ps(_mm256_setzero_ps(), v
 #define Q8_0_BLOCKS(C)                                                                                      \
     for (int64_t b = 0; b < k / 32; b++) {                                                                  \
         const uint8_t *g = group + b * 272;                                                                 \
+        x8_prefetch(g, 272);                                                                                \
         __m256i t[C];                                                                                       \
         for (int c = 0; c < C; c++) t[c] = _mm256_setzero_si256();                                          \
         for (int i = 0; i < 8; i++) {                                                                       \
@@ -71,6 +72,7 @@ static void x8_q8_0(const uint8_t *group, int64_t k, const act_q8 *a, float *acc
 #define Q4_K_BLOCKS(C)                                                                                      \
     for (int64_t sb = 0; sb < k / 256; sb++) {                                                              \
         const uint8_t *g = group + sb * 1184;                                                               \
+        x8_prefetch(g, 1184);                                                                               \
         __m256i t[C], os[C];                                                                                \
         for (int c = 0; c < C; c++) t[c] = os[c] = _mm256_setzero_si256();                                  \
         for (int t2 = 0; t2 < 4; t2++) {                                                                    \
@@ -119,6 +121,7 @@ static inline __m256i q6_values(__m256i l, __m256i h, int lshift, int hshift, __
 #define Q6_K_BLOCKS(C)                                                                                      \
     for (int64_t sb = 0; sb < k / 256; sb++) {                                                              \
         const uint8_t *g = group + sb * 1680, *L = g + 144, *H = g + 144 + 1024;                            \
+        x8_prefetch(g, 1680);                                                                               \
         __m256i t[C], os[C];                                                                                \
         for (int c = 0; c < C; c++) t[c] = os[c] = _mm256_setzero_si256();                                  \
         for (int p = 0; p < 16; p += 2) {                                                                   \
@@ -180,6 +183,7 @@ static inline __m256i fifth_bits_x8(__m256i qh, int j) {
     for (int64_t b = 0; b < k / 32; b++) {                                                                  \
         const uint8_t *g = group + b * (16 + 16 * HAS_M + 32 * HAS_QH + 128);                               \
         const uint8_t *qs = g + 16 + 16 * HAS_M + 32 * HAS_QH;                                              \
+        x8_prefetch(g, 16 + 16 * HAS_M + 32 * HAS_QH + 128);                                                \
         __m256i qh = HAS_QH ? _mm256_loadu_si256((const __m256i *)(g + 16 + 16 * HAS_M)) : m4;              \
         __m256i t[C], h[C];                                                                                 \
         for (int i = 0; i < 4; i++) { /* register i: steps i (low nibbles) and i + 4 (high) */              \

@@ -110,6 +110,9 @@ extern const isa_kernels kernels_scalar;
 extern const isa_kernels kernels_avx2;
 gemv_fn gemv_lookup_avx2(int type);
 x8_kernel x8_kernel_avx2(int type);
+/* AVX2 plus AVX-512 F/BW/VL/VNNI: gemm_avx2.c's strips and quantizer, the vpdpbusd kernels of gemm_x8_vnni.c */
+extern const isa_kernels kernels_vnni;
+x8_kernel x8_kernel_vnni(int type);
 #endif
 
 float fp16_to_fp32(uint16_t h);

@@ -30,8 +30,21 @@ static int cpu_has_avx2(void) {
 #endif
 }
 
+/* AVX-512 VNNI on 256-bit registers needs F, BW, VL and VNNI (and the OS saving their state, which gcc's check
+   includes). */
+static int cpu_has_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+/* "auto": the widest this CPU runs (avx512vnni, then avx2, then scalar); a name forces that variant. */
 static const isa_kernels *isa_by_name(const char *name) {
 #if defined(__x86_64__) || defined(__i386__)
+    if ((!strcmp(name, "auto") || !strcmp(name, "avx512vnni")) && cpu_has_vnni()) return &kernels_vnni;
     if ((!strcmp(name, "auto") || !strcmp(name, "avx2")) && cpu_has_avx2()) return &kernels_avx2;
 #endif
     if (!strcmp(name, "auto") || !strcmp(name, "scalar")) return &kernels_scalar;
@@ -265,11 +278,12 @@ static PyTypeObject KernelsType = {
 static PyObject *isas(PyObject *mod, PyObject *unused) {
     (void)mod;
     (void)unused;
+    if (cpu_has_vnni()) return Py_BuildValue("(sss)", "scalar", "avx2", "avx512vnni");
     return cpu_has_avx2() ? Py_BuildValue("(ss)", "scalar", "avx2") : Py_BuildValue("(s)", "scalar");
 }
 
 static PyMethodDef module_methods[] = {
-    {"isas", isas, METH_NOARGS, "isas(): the instruction sets this CPU can run, portable first"},
+    {"isas", isas, METH_NOARGS, "isas(): the kernel variants this CPU can run, portable first (scalar, avx2, avx512vnni)"},
     {NULL, NULL, 0, NULL},
 };
 

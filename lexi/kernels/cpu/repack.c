@@ -1,5 +1,6 @@
 /* Row-interleaved ("x8") layouts: the GGUF blocks of 8 rows rearranged so one 32-byte register holds four
-   consecutive values of all eight rows, the layout the AVX2 kernels of gemm_x8_avx2.c read without unpacking.
+   consecutive values of all eight rows, the layout the kernels of gemm_x8_avx2.c and gemm_x8_vnni.c read without
+   unpacking.
 
    A lossless permutation of the file's bytes (Q4_K adds 32 bytes per 8 super-blocks: its 6-bit scales are kept
    as bytes), built once at load. Rows are grouped by 8 (the last group padded with zero rows); a group's
