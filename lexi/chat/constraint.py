@@ -100,7 +100,8 @@ class TurnConstraint:
         may_end = not self._started and phase.may_end_first
         limit = self._guided_limit()
         if limit is not None:
-            return ("closing", self._compiled.serial, self._guide.get_state(), limit, may_end)
+            state = self._guide.get_state()
+            return ("closing", self._compiled.serial, state, self._compiled.closing.count_within(state, limit), may_end)
         return ("guided", self._compiled.serial, self._guide.get_state(), may_end)
 
     def fill_mask(self, row: np.ndarray) -> None:
@@ -124,7 +125,7 @@ class TurnConstraint:
         limit = self._guided_limit()
         if limit is not None:
             state = self._guide.get_state()
-            set_bits(row, self._compiled.closing.allowed_within(state, limit).astype(np.int64))
+            set_bits(row, self._compiled.closing.allowed_within(state, limit).astype(np.int64))  # as the key says
             if self._vocab.hole_id is not None:
                 _clear_bits(row, [self._vocab.hole_id])  # no container opens past the depth limit when time is short
             if may_end or self._compiled.closing.is_final(state):

@@ -71,10 +71,19 @@ class ClosingTable:
     def is_final(self, state: int) -> bool:
         return self._row[state] in self._final
 
+    def count_within(self, state: int, limit: int) -> int:
+        """How many tokens from `state` lead at most `limit` tokens from the end: with the state, it names the set
+        (so masks of different limits that allow the same tokens share one key)."""
+        i = self._row[state]
+        return int(np.searchsorted(self._next[i], limit, side="right"))
+
+    def nearest(self, state: int, count: int) -> np.ndarray:
+        """The `count` tokens from `state` whose next states are nearest the end (`count_within` gives it)."""
+        return self._tokens[self._row[state]][:count]
+
     def allowed_within(self, state: int, limit: int) -> np.ndarray:
         """The tokens from `state` whose next state is at most `limit` tokens from the end."""
-        i = self._row[state]
-        return self._tokens[i][: np.searchsorted(self._next[i], limit, side="right")]
+        return self.nearest(state, self.count_within(state, limit))
 
 
 def fewest_tokens(text: bytes, ids_of: dict[bytes, list[int]]) -> int:
