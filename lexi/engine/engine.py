@@ -215,7 +215,7 @@ class Engine:
             self._emit(seq, CompletionDelta("", (), finish_reason="abort"))
         for seq in out.admitted:
             self.stats.prompt_tokens_total += seq.num_prompt
-        for seq in (*out.admitted, *out.matched):
+        for seq in dict.fromkeys((*out.admitted, *out.matched)):  # a queued choice can be both in one step
             self.stats.cached_tokens_total += seq.num_cached
         if out.scheduled:
             self._run_batch(out.scheduled)
