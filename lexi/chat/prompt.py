@@ -96,7 +96,7 @@ def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, sp
         )
     if c.guided is not None and c.tools and c.tools.callable:
         param = c.guided.param
-        raise ConstraintError(f'{param} constrains the answer while tools may be called; send one of them', param)
+        raise ConstraintError(f"{param} constrains the answer while tools may be called; send one of them", param)
     prompt = build_chat_prompt(template, tokenizer, c)
     if c.guided is not None:
         plan = guided_plan(c.guided, prompt.opened)

@@ -150,7 +150,9 @@ def test_json_object_with_a_schema_enforces_that_schema(client):
         jsonschema.validate(value, COLOUR)
     body = bad_request(
         lambda: client.chat.completions.create(
-            model="fields", messages=user(), max_tokens=1,
+            model="fields",
+            messages=user(),
+            max_tokens=1,
             response_format={"type": "json_schema", "json_schema": {"schema": COLOUR}, "schema": COLOUR},
         )  # fmt: skip
     )
@@ -239,6 +241,7 @@ MALFORMED = [
     ({"structured_outputs": {"regex": "[z-a]"}}, "structured_outputs.regex"),
     ({"guided_regex": 5}, "guided_regex"),
     ({"guided_regex": ""}, "guided_regex"),
+    ({"guided_regex": "a" * 5000}, "guided_regex"),  # past what the compiler is given
     ({"guided_choice": []}, "guided_choice"),
     ({"guided_choice": ["a", 1]}, "guided_choice[1]"),
     ({"guided_choice": "a"}, "guided_choice"),
