@@ -67,7 +67,7 @@ def plan_output(
         schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
         regex = SchemaRegex(schema).regex()
         if regex is None:
-            raise ConstraintError("the schema accepts no value, so no output could satisfy it", "response_format")
+            raise ConstraintError("the schema accepts no value, so no output could satisfy it", response_format.param)
         return ConstraintPlan((*thought(False), Guided(regex)))
     if tools is None:
         return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output
+from lexi.chat.guided import GuidedText, guided_plan
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
 from lexi.chat.response_format import ResponseFormat
@@ -31,6 +32,7 @@ class Conversation:
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False  # the prompt ends inside the last (assistant) message: the answer continues it
+    guided: GuidedText | None = None  # the answer matches this regex (vLLM's structured_outputs regex / choice)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +90,16 @@ def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, sp
     """Render, tokenize and plan the constraint; ConstraintError when no output could satisfy the request."""
     c = conversation
     if c.response_format is not None and c.response_format.is_json and c.tools and c.tools.callable:
+        param = c.response_format.param
         raise ConstraintError(
-            'response_format asks for a JSON answer while tools may be called; send one of them, or tool_choice "none"',
-            "response_format",
+            f'{param} asks for a JSON answer while tools may be called; send one of them, or tool_choice "none"', param
         )
+    if c.guided is not None and c.tools and c.tools.callable:
+        param = c.guided.param
+        raise ConstraintError(f"{param} constrains the answer while tools may be called; send one of them", param)
     prompt = build_chat_prompt(template, tokenizer, c)
-    plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
+    if c.guided is not None:
+        plan = guided_plan(c.guided, prompt.opened)
+    else:
+        plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
     return ChatTurn(prompt, c, split_reasoning, plan)

@@ -2,7 +2,9 @@
 
 Only local references (`#`, `#/$defs/name`, any JSON pointer into the same schema) are followed: a
 schema is the client's data, and resolving a remote `$ref` would make the server fetch URLs on its
-behalf. Validators are built for the draft the schema names in `$schema` (2020-12 when it names none).
+behalf. Validators are built for the draft the schema names in `$schema`; for one that names none, 2020-12,
+unless it writes `items` as an array (tuple validation, with `additionalItems`): that form exists only in
+the drafts before 2020-12, and clients still send it, so such a schema is read as draft 7.
 """
 
 from __future__ import annotations
@@ -21,13 +23,28 @@ class SchemaRefError(ValueError):
 
 def schema_validator(schema: Mapping[str, Any]) -> jsonschema.protocols.Validator:
     """A validator for `schema`, after checking the schema against its draft's metaschema."""
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    default = jsonschema.Draft7Validator if _tuple_items(schema) else jsonschema.Draft202012Validator
+    cls = jsonschema.validators.validator_for(schema, default=default)
     try:
         cls.check_schema(schema)
     except SchemaError as exc:
         where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
         raise SchemaRefError(f"{exc.message}" + (f" (at {where.lstrip('.')})" if where else "")) from None
     return cls(schema)
+
+
+def _tuple_items(node: Any) -> bool:
+    """Some subschema writes `items` as an array (iterative; values under const/enum/default/examples are data)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("items"), list):
+                return True
+            stack.extend(v for k, v in node.items() if k not in ("const", "enum", "default", "examples"))
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def check_schema(schema: Mapping[str, Any]) -> None:

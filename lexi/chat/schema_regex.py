@@ -130,14 +130,7 @@ class SchemaRegex:
             prefix, items = items, schema.get("additionalItems", True)
         item = self.value(items, depth)
         if isinstance(prefix, list) and prefix:
-            # a tuple: each leading element optional in order (min/max counts widened away)
-            body = "" if item is None else repeat(COMMA + item, 0, None)
-            for element in reversed(prefix[1:]):
-                value = self.value(element, depth)
-                body = "" if value is None else f"(?:{COMMA}{value}{body})?"
-            first = self.value(prefix[0], depth)
-            inner = "" if first is None else f"(?:{first}{body})?"
-            return "\\u005B" + WS + inner + WS + "\\u005D"
+            return tuple_regex([self.value(element, depth) for element in prefix], item, schema)
         low = _count(schema.get("minItems"), 0)
         high = _count(schema.get("maxItems"), None)
         if high is not None and low > high:
@@ -185,6 +178,35 @@ class SchemaRegex:
         pair = self.string + COLON + inner
         obj = "\\u007B" + WS + f"(?:{pair}{repeat(COMMA + pair, 0, None)})?" + WS + "\\u007D"
         return alt([*scalars, array, obj])
+
+
+def tuple_regex(elements: list[str | None], rest: str | None, schema: Mapping[str, Any]) -> str | None:
+    """A tuple (draft-07 `items` as an array, or `prefixItems`): element i is `elements[i]`, any after them
+    `rest` (None: none may follow); minItems and maxItems counted, so the leading minItems are required.
+
+    Built from the end: `after` is what may follow once i elements are written (each behind a comma).
+    """
+    low, high = _count(schema.get("minItems"), 0), _count(schema.get("maxItems"), None)
+    if high is not None and low > high:
+        return None
+    count = len(elements)
+    more_low, more_high = max(low - count, 0), None if high is None else max(high - count, 0)
+    if more_low > MAX_ESCAPED_COUNT or (more_high is not None and more_high > MAX_ESCAPED_COUNT):
+        more_low, more_high = min(more_low, MAX_ESCAPED_COUNT), None  # widened, as counted items are elsewhere
+    if rest is None or more_high == 0:
+        after = "" if more_low == 0 else None
+    else:
+        after = repeat(COMMA + rest, more_low, more_high)
+    for i in range(count - 1, -1, -1):
+        if high is not None and i >= high:  # no room for element i: the array ends before it
+            after = ""
+            continue
+        written = None if elements[i] is None or after is None else (COMMA if i else "") + elements[i] + after
+        if i < low:
+            after = written  # required (None: it cannot be written, so nothing satisfies the tuple)
+        else:
+            after = "" if written is None else f"(?:{written})?"
+    return None if after is None else "\\u005B" + WS + after + WS + "\\u005D"
 
 
 def _never_a_string(schema: Any, root: Any, depth: int = 0) -> bool:

@@ -107,14 +107,13 @@ class Engine:
     def generate_many(self, requests: list[GenerationRequest]) -> list[AsyncIterator[CompletionDelta]]:
         """One stream per request, the requests taking their slots together (the n choices of one call).
 
-        A prompt several of them share is computed once, by the first that has it; the others reuse
-        its KV blocks. Raises as `generate` does, for any of them, before anything is queued;
-        ValueError too when they need more slots than the engine has. Call from the event loop.
+        More requests than slots: they take every slot at once, and the rest follow as slots free up
+        (scheduler.py). A prompt several of them share is computed once, by the first that has it; the
+        others reuse its KV blocks (still cached when a queued one starts, unless the pool needed them
+        back). Raises as `generate` does, for any of them, before anything is queued. Call from the event loop.
         """
         if self._thread is None:
             raise RuntimeError("engine not started")
-        if len(requests) > self.config.parallel:
-            raise ValueError(f"{len(requests)} sequences need more slots than the {self.config.parallel} there are")
         for request in requests:
             self._check(request)
         loop, now = asyncio.get_running_loop(), time.monotonic()
@@ -216,7 +215,7 @@ class Engine:
             self._emit(seq, CompletionDelta("", (), finish_reason="abort"))
         for seq in out.admitted:
             self.stats.prompt_tokens_total += seq.num_prompt
-        for seq in (*out.admitted, *out.matched):
+        for seq in dict.fromkeys((*out.admitted, *out.matched)):  # a queued choice can be both in one step
             self.stats.cached_tokens_total += seq.num_cached
         if out.scheduled:
             self._run_batch(out.scheduled)

@@ -7,11 +7,14 @@ sequences already streaming. Requests join and leave between steps (continuous b
 A group (the sequences of one request: its n choices, its prompts) takes its slots together or not
 at all, and a prompt its sequences share is computed once: a sequence with a leader waits until the
 leader has prefilled, then matches its blocks in the prefix cache and computes only what is left
-(the last, partial block).
+(the last, partial block). A group larger than the slots starts with every slot at once; its other
+members then queue at the front, one slot at a time as slots come free, with no deadline (the request
+is admitted: they are its choices, not new requests), and match the prefix cache the same way.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -67,10 +70,9 @@ class Scheduler:
     def add_group(self, seqs: list[Sequence], now: float) -> None:
         """Queue sequences that take their slots together (one request's choices; the first prefills for all).
 
-        ContextOverflow if one could never fit a slot, ValueError if the group needs more slots than exist.
+        A group larger than the slots takes all of them first and the rest as they free up (the module
+        docstring). ContextOverflow if one could never fit a slot.
         """
-        if len(seqs) > self.config.parallel:
-            raise ValueError(f"{len(seqs)} sequences need more slots than the {self.config.parallel} there are")
         for seq in seqs:
             self.check_fits(seq.num_prompt, seq.max_tokens)
         group = list(seqs) if len(seqs) > 1 else None
@@ -92,8 +94,8 @@ class Scheduler:
         out = SchedulerOutput()
         if self._abort_ids:
             self._remove_aborted(out)
-        while self.waiting and len(self.running) + self._group_size(self.waiting[0]) <= self.config.parallel:
-            for _ in range(self._group_size(self.waiting[0])):
+        while self.waiting and len(self.running) + self._admission_size(self.waiting[0]) <= self.config.parallel:
+            for _ in range(self._admission_size(self.waiting[0])):
                 seq = self.waiting.popleft()
                 if seq.leader is None:
                     self.blocks.match_prefix(seq)
@@ -102,11 +104,17 @@ class Scheduler:
                 seq.status = SeqStatus.RUNNING
                 self.running.append(seq)
                 out.admitted.append(seq)
-        while self.waiting and self.waiting[0].deadline <= now:
-            for _ in range(self._group_size(self.waiting[0])):
-                out.rejected.append(self._drop(self.waiting.popleft()))
-        # FIFO: a later request never overtakes an earlier one, so expiry only ever pops the front;
-        # the deadlines are non-decreasing because queue_wait is fixed.
+                if seq.group and seq.deadline != math.inf:  # the group's first: the request is in, so its
+                    for rest in seq.group:  # other choices wait for slots, however long
+                        if rest.status is SeqStatus.WAITING:
+                            rest.deadline = math.inf
+        # FIFO: a later request never overtakes an earlier one. A group expires whole: its members share a
+        # deadline, and a started group's rest has none. Behind such a group later requests still expire
+        # on time, so the whole queue is looked at, not only its front.
+        if self.waiting and min(s.deadline for s in self.waiting) <= now:
+            expired = [s for s in self.waiting if s.deadline <= now]
+            self.waiting = deque(s for s in self.waiting if s.deadline > now)
+            out.rejected.extend(self._drop(s) for s in expired)
         self._build_batch(out)
         return out
 
@@ -129,9 +137,17 @@ class Scheduler:
                 out.scheduled.append(ScheduledSeq(seq, n, seq.num_computed + n == seq.num_prompt))
                 budget -= n
 
-    @staticmethod
-    def _group_size(seq: Sequence) -> int:
-        return len(seq.group) if seq.group else 1
+    def _admission_size(self, seq: Sequence) -> int:
+        """How many sequences from the front of the queue take their slots together with `seq`.
+
+        A group not yet started: all its members (at most all the slots). A started one: one at a time.
+        """
+        if not seq.group:
+            return 1
+        waiting = sum(1 for s in seq.group if s.status is SeqStatus.WAITING)
+        if waiting < len(seq.group):
+            return 1
+        return min(waiting, self.config.parallel)
 
     def _leader_done(self, seq: Sequence, out: SchedulerOutput) -> bool:
         """Whether a follower may start: its leader has prefilled (or left). It matches the prefix cache then."""

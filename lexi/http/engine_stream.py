@@ -1,7 +1,9 @@
 """One request's generations (its n choices) as one stream of (choice index, engine event), refusals in HTTP terms.
 
 The engine admits the choices together (they share the prompt, computed once); the first event of
-every choice is awaited before anything is written, so a refusal (429, 400) keeps its status. The
+every choice that took a slot at once (all of them, up to --parallel) is awaited before anything is
+written, so a refusal (429, 400) keeps its status. Choices past --parallel wait for slots behind them
+and stream as they come; a failure of one of those is an error after the status line. The
 engine refuses in its own terms (ContextOverflow, EngineBusy, ValueError); this is the one place
 that turns those into the statuses the spec gives them.
 """
@@ -28,7 +30,7 @@ class EngineStream:
         self.requests = requests
         self._on_first = on_first_token
         self._streams: list[AsyncIterator[CompletionDelta]] = []
-        self._firsts: list[CompletionDelta] = []
+        self._firsts: list[CompletionDelta | None] = []  # None: a choice queued behind the first slots
         self.aborted = False
         self.last: list[CompletionDelta | None] = [None] * len(requests)
 
@@ -41,7 +43,8 @@ class EngineStream:
             raise ApiError(400, "the client closed the connection before generation started")
         try:
             self._streams = self.engine.generate_many(self.requests)
-            firsts = await asyncio.gather(*(anext(s) for s in self._streams), return_exceptions=True)
+            at_once = self._streams[: self.engine.config.parallel]
+            firsts = await asyncio.gather(*(anext(s) for s in at_once), return_exceptions=True)
         except (EngineBusy, ContextOverflow, ValueError) as exc:
             raise _http_error(exc) from None
         failure = next((f for f in firsts if isinstance(f, BaseException)), None)
@@ -50,7 +53,7 @@ class EngineStream:
             if isinstance(failure, StopAsyncIteration):
                 raise ApiError(500, "the engine ended the request without an event") from None
             raise _http_error(failure) from None
-        self._firsts = list(firsts)
+        self._firsts = [*firsts, *[None] * (self.n - len(firsts))]
         if self._on_first is not None:
             self._on_first()
 
@@ -85,6 +88,8 @@ class EngineStream:
     async def _pump(self, index: int, merged: asyncio.Queue) -> None:
         delta = self._firsts[index]
         try:
+            if delta is None:
+                delta = await self._next(index)
             while True:
                 await merged.put((index, delta))
                 if delta.finish_reason is not None:
@@ -92,6 +97,15 @@ class EngineStream:
                 delta = await anext(self._streams[index])
         except Exception as exc:
             await merged.put((index, exc))
+
+    async def _next(self, index: int) -> CompletionDelta:
+        """The first event of a queued choice; an engine refusal then is in HTTP terms, as at the start."""
+        try:
+            return await anext(self._streams[index])
+        except StopAsyncIteration:
+            raise ApiError(500, "the engine ended the request without an event") from None
+        except (EngineBusy, ContextOverflow, ValueError) as exc:
+            raise _http_error(exc) from None
 
     def abort(self) -> None:
         if not self.aborted:

@@ -40,6 +40,16 @@ class Metrics:
         self.kv_blocks_used.set_function(lambda: self._stat("kv_blocks_used"))
         self.kv_blocks_total = Gauge("lexi_kv_blocks_total", "KV cache blocks in the pool", registry=self.registry)
         self.kv_blocks_total.set_function(lambda: self._stat("kv_blocks_total"))
+        # How much prompt work the prefix cache saved: the n choices of a request compute their prompt once.
+        self.prefill_tokens = Gauge(
+            "lexi_prefill_tokens", "Prompt tokens computed since start (not taken from the prefix cache)",
+            registry=self.registry,
+        )  # fmt: skip
+        self.prefill_tokens.set_function(lambda: self._stat("prefill_tokens_total"))
+        self.cached_prompt_tokens = Gauge(
+            "lexi_cached_prompt_tokens", "Prompt tokens taken from the prefix cache since start", registry=self.registry
+        )
+        self.cached_prompt_tokens.set_function(lambda: self._stat("cached_tokens_total"))
         # process_resident_memory_bytes and friends (Linux /proc), for the soak's leak check
         ProcessCollector(registry=self.registry)
 

@@ -169,7 +169,7 @@ MAX_CHOICES = 128
 # The fields parse_sampling reads, by route kind: each route adds its own.
 SAMPLING_FIELDS = (
     "n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
-    "repeat_penalty", "logit_bias", "ignore_eos", "max_tokens",
+    "repeat_penalty", "repetition_penalty", "logit_bias", "ignore_eos", "max_tokens",
 )  # fmt: skip
 CHAT_SAMPLING_FIELDS = (*SAMPLING_FIELDS, "max_completion_tokens", "logprobs", "top_logprobs")
 COMPLETION_SAMPLING_FIELDS = (*SAMPLING_FIELDS, "logprobs")
@@ -196,16 +196,25 @@ def parse_sampling(f: Fields, defaults: SamplingDefaults, *, chat: bool) -> Samp
         min_p=f.number("min_p", 0.0, 1.0, defaults.min_p),
         max_tokens=max_tokens,
         default_max_tokens=defaults.n_predict,
-        seed=f.integer("seed", -(1 << 63), (1 << 64) - 1),
+        seed=f.integer("seed", -(1 << 63), (1 << 63) - 1),  # int64, as OpenAI and vLLM take it
         stop=_stop(f),
         presence_penalty=f.number("presence_penalty", -2.0, 2.0, 0.0),
         frequency_penalty=f.number("frequency_penalty", -2.0, 2.0, 0.0),
-        repeat_penalty=f.number("repeat_penalty", 0.01, 10.0),
+        repeat_penalty=_repeat_penalty(f),
         logit_bias=_logit_bias(f),
         logprobs=logprobs,
         ignore_eos=f.boolean("ignore_eos"),
         n=n,
     )
+
+
+def _repeat_penalty(f: Fields) -> float | None:
+    """repeat_penalty (llama.cpp's name) or repetition_penalty (vLLM's and transformers'): one setting."""
+    ours = f.number("repeat_penalty", 0.01, 10.0)
+    theirs = f.number("repetition_penalty", 0.01, 10.0)
+    if ours is not None and theirs is not None and ours != theirs:
+        f.fail("repetition_penalty", f"({theirs:g}) and repeat_penalty ({ours:g}) name one setting: send one of them")
+    return ours if ours is not None else theirs
 
 
 def _stop(f: Fields) -> tuple[str, ...]:

@@ -23,13 +23,15 @@ from lexi.http.protocol import (
     refuse_unknown,
     stream_options,
 )
+from lexi.http.protocol_guided import GUIDED_FIELDS, parse_guided
 from lexi.http.tool_pairing import Step, check_tool_pairing
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 CHAT_FIELDS = (
     "model", "messages", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls",
     "response_format", "chat_template_kwargs", "reasoning_effort", "add_generation_prompt",
-    "continue_final_message", "store", "service_tier", "modalities", *CHAT_SAMPLING_FIELDS, *NO_EFFECT,
+    "continue_final_message", "store", "service_tier", "modalities", *CHAT_SAMPLING_FIELDS, *GUIDED_FIELDS,
+    *NO_EFFECT,
 )  # fmt: skip
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
 # What OpenAI returns on an assistant message and clients send back as they got it: accepted when empty.
@@ -69,10 +71,13 @@ def parse_chat_request(body: dict[str, Any], defaults: SamplingDefaults) -> Chat
         f.fail("continue_final_message", "and add_generation_prompt cannot both be true")
     if continue_final and messages[-1]["role"] != "assistant":
         f.fail("continue_final_message", "needs the last message to be the assistant's, to continue it")
+    tools = parse_chat_tools(f)
+    response_format, guided = parse_guided(f, parse_response_format(f))
     conversation = Conversation(
         messages=messages,
-        tools=parse_chat_tools(f),
-        response_format=parse_response_format(f),
+        tools=tools,
+        response_format=response_format,
+        guided=guided,
         template_kwargs=dict(kwargs),
         reasoning_effort=f.string("reasoning_effort", choices=REASONING_EFFORTS),
         add_generation_prompt=add_generation_prompt and not continue_final,
@@ -104,7 +109,10 @@ def _refuse_without_effect(f: Fields) -> None:
 
 def parse_chat_tools(f: Fields) -> ToolSet | None:
     """tools ({"type": "function", "function": {...}}), tool_choice and parallel_tool_calls; None without tools."""
-    raw = f.array("tools") or []
+    raw = f.array("tools")
+    if raw == []:  # OpenAI's answer too: a client that has no tools leaves the field out
+        f.fail("tools", "is an empty array: send at least one tool, or leave tools out", code="empty_array")
+    raw = raw or []
     tools: list[Tool] = []
     try:
         for i, entry in enumerate(raw):
@@ -138,20 +146,26 @@ def _refuse_unknown_in_choice(choice: Any) -> None:
 
 
 def parse_response_format(f: Fields) -> ResponseFormat | None:
-    """response_format: {"type": "text" | "json_object"} or {"type": "json_schema", "json_schema": {...}}."""
+    """response_format: {"type": "text" | "json_object"}, {"type": "json_schema", "json_schema": {...}}, or
+    llama.cpp's {"type": "json_object", "schema": {...}} (that schema's JSON)."""
     raw = f.obj("response_format")
     if raw is None:
         return None
-    refuse_unknown(raw, ("type", "json_schema"), "response_format.")
+    refuse_unknown(raw, ("type", "json_schema", "schema"), "response_format.")
     nested = raw.get("json_schema")
     try:
+        if raw.get("schema") is not None and raw.get("type") != "json_object":
+            raise ToolSpecError(
+                'response_format.schema goes with type "json_object"; a json_schema format nests it in json_schema',
+                "response_format.schema",
+            )
         if nested is not None and not isinstance(nested, dict):
             raise ToolSpecError("response_format.json_schema must be an object", "response_format.json_schema")
         if isinstance(nested, dict):
             refuse_unknown(nested, ("name", "description", "schema", "strict"), "response_format.json_schema.")
         return make_format(
             raw.get("type"), nested, "response_format.json_schema" if nested else "response_format",
-            "response_format.json_schema.schema",
+            "response_format.json_schema.schema", raw.get("schema"),
         )  # fmt: skip
     except ToolSpecError as exc:
         raise bad_request(str(exc), param=exc.param) from None

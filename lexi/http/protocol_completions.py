@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lexi.chat.constraint_plan import ConstraintPlan, plan_output
+from lexi.chat.guided import GuidedText, guided_plan
+from lexi.chat.response_format import ResponseFormat
 from lexi.http.config import SamplingDefaults
 from lexi.http.errors import bad_request
 from lexi.http.protocol import (
@@ -18,9 +21,11 @@ from lexi.http.protocol import (
     refuse_unknown,
     stream_options,
 )
+from lexi.http.protocol_chat import parse_response_format
+from lexi.http.protocol_guided import GUIDED_FIELDS, parse_guided
 
-COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options",
-                     *COMPLETION_SAMPLING_FIELDS, *NO_EFFECT)  # fmt: skip
+COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options", "response_format",
+                     *COMPLETION_SAMPLING_FIELDS, *GUIDED_FIELDS, *NO_EFFECT)  # fmt: skip
 MAX_PROMPTS = 64
 
 
@@ -32,6 +37,16 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     echo: bool
+    response_format: ResponseFormat | None = None  # a JSON answer (response_format, or vLLM's JSON forms)
+    guided: GuidedText | None = None  # an answer matching a regex (vLLM's structured_outputs regex / choice)
+
+    def plan(self) -> tuple[ConstraintPlan | None, str]:
+        """What every choice's text must match (None: free), and the field that asked for it."""
+        if self.guided is not None:
+            return guided_plan(self.guided, None), self.guided.param
+        if self.response_format is not None and self.response_format.is_json:
+            return plan_output(None, "json", self.response_format, None), self.response_format.param
+        return None, ""
 
 
 def parse_completion_request(body: dict[str, Any], defaults: SamplingDefaults) -> CompletionRequest:
@@ -48,6 +63,7 @@ def parse_completion_request(body: dict[str, Any], defaults: SamplingDefaults) -
             "best_of", "must equal n: every generated choice is returned (none is ranked away)", code=UNSUPPORTED_VALUE
         )
     stream, include_usage = stream_options(f)
+    response_format, guided = parse_guided(f, parse_response_format(f))
     return CompletionRequest(
         model=model,
         prompts=_prompts(body.get("prompt")),
@@ -55,6 +71,8 @@ def parse_completion_request(body: dict[str, Any], defaults: SamplingDefaults) -
         stream=stream,
         include_usage=include_usage,
         echo=f.boolean("echo"),
+        response_format=response_format,
+        guided=guided,
     )
 
 

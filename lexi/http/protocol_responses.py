@@ -278,7 +278,8 @@ def _text_format(f: Fields) -> ResponseFormat | None:
     try:
         refuse_unknown(fmt, ("type", "name", "description", "schema", "strict"), "text.format.")
         kind = fmt.get("type")
-        return make_format(kind, fmt if kind == "json_schema" else None, "text.format", "text.format.schema")
+        schema = fmt.get("schema") if kind == "json_object" else None  # llama.cpp's json_object with a schema
+        return make_format(kind, fmt if kind == "json_schema" else None, "text.format", "text.format.schema", schema)
     except ToolSpecError as exc:
         raise bad_request(str(exc), param=exc.param) from None
 

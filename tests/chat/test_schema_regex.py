@@ -322,6 +322,33 @@ def test_prefix_items_read_like_tuples():
     assert pattern.fullmatch("[true,null,null]") and pattern.fullmatch("[]") and not pattern.fullmatch("[null]")
 
 
+def test_tuple_items_count_min_and_max_items():
+    """Draft-07 `items` as an array: the first minItems elements are required, maxItems caps the whole."""
+    pair = {"type": "array", "items": [{"type": "integer"}, {"enum": ["n", "s"]}], "additionalItems": False}
+    cases = {
+        json.dumps({**pair, "minItems": 2}): (['[1,"n"]', '[ 7, "s" ]'], ["[]", "[1]", '[1,"n",2]']),
+        json.dumps({**pair, "minItems": 1}): (["[1]", '[1,"s"]'], ["[]", '["n"]']),
+        json.dumps({**pair, "maxItems": 1}): (["[]", "[3]"], ['[3,"n"]']),
+        json.dumps({**pair, "additionalItems": {"type": "null"}, "minItems": 3, "maxItems": 4}): (
+            ['[1,"n",null]', '[1,"n",null,null]'],
+            ['[1,"n"]', '[1,"n",null,null,null]'],
+        ),
+        json.dumps({**pair, "minItems": 3}): ([], None),  # no third element may be written: nothing satisfies it
+    }
+    for text, (good, bad) in cases.items():
+        schema = json.loads(text)
+        regex = schema_regex(schema)
+        if bad is None:
+            assert regex is None, schema
+            continue
+        pattern = matcher(regex)
+        for value in good:
+            assert pattern.fullmatch(value), (schema, value)
+            assert jsonschema.Draft7Validator(schema).is_valid(json.loads(value))
+        for value in bad:
+            assert not pattern.fullmatch(value), (schema, value)
+
+
 def test_a_string_rooted_answer_writes_quotes_as_unicode_escapes():
     """The same values, without the raw quote bytes that make bounded strings compile in exponential time."""
     root = {"type": "string", "maxLength": 3}

@@ -287,6 +287,30 @@ def test_choices_share_their_prompt_and_draw_their_own_streams(smollm2_exact):
     assert together[0][-1].cached_tokens == 0 and together[1][-1].cached_tokens == together[2][-1].cached_tokens > 0
 
 
+def test_more_choices_than_slots_queue_and_reuse_the_prompt(smollm2_exact):
+    """generate_many past --parallel: with one slot, the choices run one after another (no EngineBusy at
+    queue_wait 0), each the tokens it draws alone, and the queued ones take the prompt from the prefix cache."""
+    model, tok = smollm2_exact
+    prompt = tok.encode("Far away, beyond the hills and the old stone bridge, a small town " * 2)
+    requests = [
+        GenerationRequest(prompt, SamplingParams(temperature=1.0, seed=s, max_tokens=4, ignore_eos=True))
+        for s in (4, 5, 6)
+    ]
+    with running_engine(model, tok, parallel=1, ctx_size=256) as engine:
+
+        async def all_choices():
+            return await asyncio.gather(*(collect_stream(s) for s in engine.generate_many(requests)))
+
+        together = run(all_choices())
+        full = (len(prompt) - 1) // 16 * 16
+        assert engine.stats.prefill_tokens_total == len(prompt) + 2 * (len(prompt) - full)
+        assert engine.stats.cached_tokens_total == 2 * full > 0
+    with running_engine(model, tok, parallel=1, ctx_size=256) as engine:
+        alone = [tokens_of(run(collect(engine, r))) for r in requests]
+    assert [tokens_of(d) for d in together] == alone
+    assert [d[-1].cached_tokens for d in together] == [0, full, full]
+
+
 async def collect_stream(stream):
     return [delta async for delta in stream]
 

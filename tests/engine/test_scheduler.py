@@ -153,10 +153,44 @@ def test_a_group_takes_its_slots_together_and_prefills_its_prompt_once():
     assert [c.num_cached for c in choices] == [0, 32, 32] and out.matched == choices[1:]
 
 
-def test_a_group_larger_than_the_slots_is_refused_and_a_waiting_member_can_leave():
+def test_a_group_larger_than_the_slots_takes_them_all_then_queues_without_a_deadline():
+    """Was: such a group is refused (ValueError). Now its first members take every slot, the rest follow."""
+    sched = Scheduler(EngineConfig(parallel=2, ctx_size=256, batch_size=512, block_size=16))  # queue_wait 0
+    choices = [seq(f"c{i}", 40) for i in range(5)]
+    for follower in choices[1:]:
+        follower.leader = choices[0]
+    sched.add_group(choices, 0.0)
+    computed: dict[str, int] = {}  # prompt tokens computed, per choice
+
+    def step(now: float):
+        out = run_step(sched, now=now)
+        for s in out.scheduled:
+            if s.seq.num_computed <= s.seq.num_prompt:
+                computed[s.seq.request_id] = computed.get(s.seq.request_id, 0) + s.num_new
+        return out
+
+    out = step(0.0)
+    assert [s.request_id for s in out.admitted] == ["c0", "c1"] and not out.rejected
+    assert [(s.seq.request_id, s.num_new) for s in out.scheduled] == [("c0", 40)]  # the first prefills alone
+    late = seq("late", 4, base=900)  # a later request: FIFO, behind the rest of the group, with its own deadline
+    sched.add(late, 5.0)
+    out = step(100.0)  # long past any queue_wait: the group's rest still waits, `late` does not
+    assert [s.request_id for s in out.rejected] == ["late"]
+    assert [s.request_id for s in sched.waiting] == ["c2", "c3", "c4"]
+    while sched.has_work:
+        step(100.0)
+        assert len(sched.running) <= 2
+        for s in list(sched.running):
+            if s.num_output >= 2:
+                sched.finish(s)
+    # the prompt once: every follower, queued or not, found its two full blocks in the cache
+    assert computed == {"c0": 40, "c1": 8, "c2": 8, "c3": 8, "c4": 8}
+    assert [c.num_cached for c in choices] == [0, 32, 32, 32, 32]
+    assert sched.blocks.num_free == sched.config.num_blocks
+
+
+def test_a_waiting_member_of_a_group_can_leave():
     sched = Scheduler(EngineConfig(parallel=2, ctx_size=64, block_size=16, queue_wait=60))
-    with pytest.raises(ValueError, match="slots"):
-        sched.add_group([seq(f"c{i}", 4) for i in range(3)], 0.0)
     busy = seq("busy", 4)
     sched.add(busy, 0.0)
     run_step(sched)

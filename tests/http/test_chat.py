@@ -284,9 +284,11 @@ def test_tool_message_with_name_and_tool_call_id(server):
     assert status == 400 and body["error"]["param"] == "messages[0].tool_call_id"
 
 
-def test_n_other_than_one_is_400(client):
-    with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="main", messages=USER, max_tokens=1, n=2)
+def test_n_over_128_is_400(client):
+    """Was: n=2 on this one-slot server is 400; choices now queue for slots, and only n past 128 is refused."""
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="main", messages=USER, max_tokens=1, n=129)
+    assert info.value.body["param"] == "n"
 
 
 def test_context_overflow_is_400(server):

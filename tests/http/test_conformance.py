@@ -185,9 +185,12 @@ def test_completion_logprobs_hold_the_sampled_token_and_echo_covers_the_prompt(s
     assert all(len(top) <= 3 for top in lp["top_logprobs"][1:])  # logprobs + 1 at most
 
 
-def test_n_choices_over_the_slots_is_400(client):
+def test_n_choices_queue_past_the_slots_and_over_128_is_400(client):
+    """Was: n over --parallel is 400. Now the choices queue for the one slot; only n over 128 (OpenAI's cap) is 400."""
+    reply = client.chat.completions.create(model="main", messages=USER, max_tokens=1, n=2)  # one slot
+    assert sorted(c.index for c in reply.choices) == [0, 1] and reply.usage.completion_tokens == 2
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model="main", messages=USER, max_tokens=1, n=2)  # one slot
+        client.chat.completions.create(model="main", messages=USER, max_tokens=1, n=129)
     assert info.value.body["param"] == "n"
 
 

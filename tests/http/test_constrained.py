@@ -226,7 +226,8 @@ def schema_format(**json_schema) -> dict:
     ("fields", "param"),
     [
         (schema_format(name="p", schema={"type": 5}), "response_format.json_schema.schema"),
-        (schema_format(schema=PERSON), "response_format.json_schema.name"),
+        # was: no name at all is 400; a missing name is now taken (named "response", test_request_fields.py)
+        (schema_format(name="a person", schema=PERSON), "response_format.json_schema.name"),
         (schema_format(name="p", schema=PERSON, strict=True), "response_format.json_schema.schema"),
         ({"response_format": {"type": "yaml"}}, "response_format.type"),
         ({"response_format": {"type": "json_object"}, "tools": [function("get_weather", WEATHER)]}, "response_format"),

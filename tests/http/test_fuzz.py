@@ -20,11 +20,12 @@ VALID = {
         "model": "fuzz", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0,
         "stop": ["x"], "logit_bias": {"15": 1}, "logprobs": True, "top_logprobs": 1, "seed": 3,
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-        "tool_choice": "none", "stream": False, "n": 1,
+        "tool_choice": "none", "stream": False, "n": 1, "repetition_penalty": 1.1,
+        "structured_outputs": {"choice": ["yes", "no"]},
     },
     "/v1/completions": {
         "model": "fuzz", "prompt": "Hello", "max_tokens": 2, "temperature": 0, "logprobs": 1, "echo": False,
-        "stream": False, "n": 1,
+        "stream": False, "n": 1, "guided_regex": "[a-z ]{1,8}",
     },
     "/v1/responses": {
         "model": "fuzz", "input": [{"role": "user", "content": "Hi"}], "instructions": "Be brief.",

@@ -130,7 +130,7 @@ def test_health_needs_no_key_and_said_503_while_loading(server):
         (json.dumps({"messages": "hi"}).encode(), "messages"),
         (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), "temperature"),
         (json.dumps({"messages": [{"role": "user", "content": "x"}], "top_p": 3}).encode(), "top_p"),
-        (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 2}).encode(), "n"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 129}).encode(), "n"),  # was n=2 (1 slot)
         (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}).encode(), "max_tokens"),
     ],
 )

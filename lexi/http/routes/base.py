@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from lexi.chat.constraint import TurnConstraint
-from lexi.chat.constraint_plan import ConstraintError
+from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
 from lexi.chat.prompt import ChatTurn
 from lexi.http.auth import bearer_token, key_matches
 from lexi.http.drain import StoppableStream, shutting_down
@@ -24,7 +24,7 @@ from lexi.http.engine_stream import EngineStream
 from lexi.http.errors import ApiError, bad_request, status_error
 from lexi.http.exchange import Reply, Request
 from lexi.http.logs import REQUEST_ID_HEADER, pick_request_id
-from lexi.http.protocol import parse_json_body
+from lexi.http.protocol import MAX_CHOICES, parse_json_body
 from lexi.http.sse import HEADERS as SSE_HEADERS
 from lexi.http.sse import frame
 from lexi.http.state import ServerState
@@ -242,14 +242,24 @@ class GenerationRoute(Route):
     async def compile_constraint(self, turn: ChatTurn, max_tokens: int) -> TurnConstraint | None:
         """The turn's output constraint, closing within `max_tokens`, compiled off the event loop (a 400 saying why
         when it cannot be)."""
-        if turn.plan is None:
+        c = turn.conversation
+        if c.guided is not None:
+            param = c.guided.param
+        elif c.response_format is not None and c.response_format.is_json:
+            param = c.response_format.param
+        else:
+            param = "tools"
+        return await self.compile_plan(turn.plan, param, max_tokens)
+
+    async def compile_plan(self, plan: ConstraintPlan | None, param: str, max_tokens: int) -> TurnConstraint | None:
+        """A plan's constraint, closing within `max_tokens`; one that cannot be compiled is a 400 naming `param`
+        (unless the error names one)."""
+        if plan is None:
             return None
         try:
-            return await self.state.runtime.constraints.constraint(turn.plan, max_tokens)
+            return await self.state.runtime.constraints.constraint(plan, max_tokens)
         except ConstraintError as exc:
-            c = turn.conversation
-            param = exc.param or ("response_format" if c.response_format and c.response_format.is_json else "tools")
-            raise bad_request(str(exc), param=param, code="invalid_constraint") from None
+            raise bad_request(str(exc), param=exc.param or param, code="invalid_constraint") from None
 
     def _first_token(self) -> None:
         self.state.metrics.ttft.observe(time.monotonic() - self.received)
@@ -260,13 +270,11 @@ class GenerationRoute(Route):
             self.stream.abort()
 
     def check_choices(self, count: int, param: str = "n") -> None:
-        """A request's generations take their slots together: more than the server has is a 400."""
-        slots = self.state.engine_config.parallel
-        if count > slots:
-            raise bad_request(
-                f"{param} asks for {count} generations at once, more than this server's {slots} slots (--parallel)",
-                param=param,
-            )
+        """A request's generations (prompts x n) take every slot they can and queue for the rest, up to
+        MAX_CHOICES (OpenAI's limit on n) or the server's slots, whichever is more: past that, a 400."""
+        limit = max(MAX_CHOICES, self.state.engine_config.parallel)
+        if count > limit:
+            raise bad_request(f"{param} asks for {count} generations in one request, more than {limit}", param=param)
 
     def count_tokens(self) -> None:
         """Add the finished generation's usage to /metrics (the access log reads it from the stream)."""

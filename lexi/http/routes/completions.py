@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from lexi.chat.constraint_plan import ConstraintError
 from lexi.engine.request import CompletionDelta
 from lexi.http.completion_bodies import CompletionChunks, completion_body
 from lexi.http.errors import bad_request
@@ -32,9 +33,19 @@ class CompletionsRoute(GenerationRoute):
         self.check_choices(len(req.prompts) * n, "n" if len(req.prompts) == 1 else "prompt")
         prompts = [self._prompt_ids(p) for p in req.prompts]
         prompt_logprobs = req.sampling.logprobs if req.echo and req.sampling.logprobs is not None else None
+        try:
+            plan, param = req.plan()
+        except ConstraintError as exc:  # a schema no value satisfies
+            raise bad_request(str(exc), param=exc.param, code="invalid_constraint") from None
         requests = []
         for ids in prompts:
-            group = choice_requests(ids, sampling_params(req.sampling, len(ids), state.engine_config.ctx_size), n)
+            params = sampling_params(req.sampling, len(ids), state.engine_config.ctx_size)
+            constraints = (
+                [await self.compile_plan(plan, param, params.max_tokens) for _ in range(n)]
+                if plan is not None
+                else None
+            )
+            group = choice_requests(ids, params, n, constraints)
             group[0].prompt_logprobs = prompt_logprobs  # computed once, for every choice of the prompt
             requests += group
         stream = await self.start_generation(requests)
