@@ -130,7 +130,7 @@ class SchemaRegex:
             prefix, items = items, schema.get("additionalItems", True)
         item = self.value(items, depth)
         if isinstance(prefix, list) and prefix:
-            return tuple_regex([self.value(element, depth) for element in prefix], item, schema)
+            return tuple_regex([self.value(element, depth) for element in prefix], item, schema, self.budget)
         low = _count(schema.get("minItems"), 0)
         high = _count(schema.get("maxItems"), None)
         if high is not None and low > high:
@@ -180,7 +180,9 @@ class SchemaRegex:
         return alt([*scalars, array, obj])
 
 
-def tuple_regex(elements: list[str | None], rest: str | None, schema: Mapping[str, Any]) -> str | None:
+def tuple_regex(
+    elements: list[str | None], rest: str | None, schema: Mapping[str, Any], budget: int = REPEAT_STATES
+) -> str | None:
     """A tuple (draft-07 `items` as an array, or `prefixItems`): element i is `elements[i]`, any after them
     `rest` (None: none may follow); minItems and maxItems counted, so the leading minItems are required.
 
@@ -191,12 +193,10 @@ def tuple_regex(elements: list[str | None], rest: str | None, schema: Mapping[st
         return None
     count = len(elements)
     more_low, more_high = max(low - count, 0), None if high is None else max(high - count, 0)
-    if more_low > MAX_ESCAPED_COUNT or (more_high is not None and more_high > MAX_ESCAPED_COUNT):
-        more_low, more_high = min(more_low, MAX_ESCAPED_COUNT), None  # widened, as counted items are elsewhere
     if rest is None or more_high == 0:
         after = "" if more_low == 0 else None
-    else:
-        after = repeat(COMMA + rest, more_low, more_high)
+    else:  # counted like other items: written out within the repeat budget, widened past it
+        after = bounded_repeat(COMMA + rest, more_low, more_high, budget, 16)
     for i in range(count - 1, -1, -1):
         if high is not None and i >= high:  # no room for element i: the array ends before it
             after = ""
