@@ -90,7 +90,7 @@ def opened(path: list, **change):
         ([fn()], {"tool_choice": {"type": "function", "name": "get_weather"}}, "tool_choice"),
         ([fn()], {"tool_choice": 5}, "tool_choice"),
         ([fn()], {"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
-        ([], {"tool_choice": "required"}, "tool_choice"),
+        ([], {"tool_choice": "required"}, "tools"),  # an empty tools array is refused itself, as OpenAI does
         (None, {"tool_choice": "auto"}, "tool_choice"),
         (None, {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
     ],
