@@ -220,3 +220,20 @@ def test_split_heuristic():
     assert choose_num_splits(n_programs=32, max_context=4096, n_sms=132) == 8  # two waves over 132 SMs
     assert choose_num_splits(n_programs=264, max_context=8192, n_sms=132) == 1  # the batch fills the GPU
     assert choose_num_splits(n_programs=4, max_context=600, n_sms=132) == 1  # short contexts never split
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("window", [0, WINDOW], ids=["full", "window"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "g{}kv{}d{}".format(*s))
+def test_cpu_decode_attention_matches_reference(shape, window, dtype):
+    """The CPU decode step's attention (lexi/kernels/paged_attention_cpu.py): a padded batch of five sequences
+    through shuffled blocks (NaN past each length), and each sequence alone, against the fp32 reference."""
+    from lexi.kernels.paged_attention_cpu import DecodeBatch, decode_attention
+
+    tol = {torch.float32: 2e-5, torch.bfloat16: 2e-2}[dtype]
+    for cached in (DECODE_CACHED, *([c] for c in DECODE_CACHED)):
+        case = make_case([1] * len(cached), cached, shape, dtype)
+        batch = DecodeBatch.build(case.meta, BLOCK_SIZE, frozenset({0, window}))
+        got = decode_attention(case.q, case.k_cache, case.v_cache, batch, scale=case.scale, sliding_window=window)
+        assert got.dtype == dtype
+        assert max_error(got, reference32(case, window, 0.0), f"cpu decode {dtype} {cached}") < tol
