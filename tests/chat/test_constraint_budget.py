@@ -14,6 +14,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+from test_constraint import allowed_ids
 
 from lexi.chat.constraint_budget import ClosingTable, fewest_tokens
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
@@ -48,14 +49,6 @@ def compiler(vocab):
     compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))  # a busy machine must not fail a walk
     yield compiler
     compiler.shutdown()
-
-
-def allowed_ids(constraint, row: np.ndarray, vocab_size: int) -> np.ndarray:
-    if constraint.mask_key() is None:
-        return np.arange(vocab_size)
-    row.fill(0)
-    constraint.fill_mask(row)
-    return np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size])
 
 
 def budget_walk(constraint, vocab, size: int, budget: int, seed: int, start: list[int] = ()):
