@@ -32,10 +32,8 @@ from lexi.http.protocol import (
     parse_sampling,
     refuse_unknown,
 )
-from lexi.http.protocol_chat import tool_call_entry
-from lexi.http.tool_pairing import Step, check_tool_pairing
+from lexi.http.protocol_responses_input import input_items, input_messages
 
-ROLES = ("user", "system", "developer", "assistant")
 # request fields read by the shared sampling parser under the same names (llama.cpp-style extras included)
 SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "seed", "stop",
@@ -48,13 +46,6 @@ RESPONSES_FIELDS = (
     "prompt", *SAMPLING_FIELDS, *NO_EFFECT,
 )  # fmt: skip
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-ITEM_FIELDS = {  # what each input item may carry (ids and statuses come back with items a client echoes)
-    "message": ("type", "role", "content", "id", "status", "phase"),
-    "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
-    "function_call_output": ("type", "call_id", "output", "id", "status"),
-    "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
-}
-PHASES = ("commentary", "final_answer")  # an assistant message's phase: templates that read it get it as "phase"
 UNSUPPORTED = {
     "conversation": "conversations are not stored; send the whole conversation in input, or previous_response_id",
     "prompt": "stored prompt templates are not supported; send the prompt in input",
@@ -111,9 +102,9 @@ def parse_responses_request(
     _refuse_unsupported(f)
     store = _store(f, storing)
     instructions = f.string("instructions")
-    items = [*(history or []), *_input_items(body.get("input"))]
+    items = [*(history or []), *input_items(body.get("input"))]
     messages = [{"role": "system", "content": instructions}] if instructions is not None else []
-    messages += _input(items, len(history or []))
+    messages += input_messages(items, len(history or []))
     if not messages:
         raise bad_request("input holds no message", param="input")
     max_output_tokens = f.integer("max_output_tokens", 1, 1 << 20)
@@ -307,107 +298,3 @@ def _reasoning_effort(f: Fields) -> str | None:
             r.fail(key, why, UNSUPPORTED_PARAMETER)
     refuse_unknown(reasoning, ("effort", "summary", "generate_summary"), "reasoning.")
     return r.string("effort", choices=REASONING_EFFORTS)
-
-
-def _input_items(raw: Any) -> list[dict[str, Any]]:
-    """`input` as a list of items (a string is one user message)."""
-    if isinstance(raw, str):
-        return [{"type": "message", "role": "user", "content": raw}]
-    if not isinstance(raw, list) or not raw:
-        raise bad_request("input must be a string or a non-empty array of input items", param="input")
-    return raw
-
-
-def _input(raw: list[Any], continued: int = 0) -> list[dict[str, Any]]:
-    """Message items as chat messages; function_call items join the assistant turn before them (or open
-    one), function_call_output items become tool messages named after their call. The first `continued`
-    items are the continued response's (checked when it was stored): a fault there names previous_response_id."""
-    messages: list[dict[str, Any]] = []
-    names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
-    steps: list[Step] = []
-    for i, item in enumerate(raw):
-        where = f"input[{i - continued}]" if i >= continued else "previous_response_id"
-        call_param = f"{where}.call_id" if i >= continued else where  # what a pairing fault names
-        if not isinstance(item, dict):
-            raise bad_request(f"{where} must be an object", param=where)
-        f = Fields(item, where + ".")
-        kind = f.string("type", default="message")
-        if kind in ITEM_FIELDS:
-            refuse_unknown(item, ITEM_FIELDS[kind], where + ".")
-        if kind == "reasoning":
-            continue  # accepted and not replayed, as on the chat route
-        if kind == "message":
-            role = f.string("role")
-            if role not in ROLES:
-                f.fail("role", f"must be one of {', '.join(ROLES)}")
-            message = {"role": "system" if role == "developer" else role, "content": _content(f)}
-            phase = f.string("phase", choices=PHASES)
-            if phase is not None:
-                if role != "assistant":
-                    f.fail("phase", f"is only taken on an assistant message, got one on a {role} message")
-                message["phase"] = phase
-            messages.append(message)
-            steps.append(Step("other", where))
-        elif kind == "function_call":
-            call_id, name = _required_string(f, "call_id"), _required_string(f, "name")
-            steps.append(Step("call", call_param, call_id))
-            names[call_id] = name
-            call = tool_call_entry(call_id, name, _required_string(f, "arguments"), f.name("arguments"))
-            if not messages or messages[-1]["role"] != "assistant":
-                messages.append({"role": "assistant", "content": ""})
-            messages[-1].setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            call_id = _required_string(f, "call_id")
-            steps.append(Step("result", call_param, call_id))
-            message = {"role": "tool", "content": _output(f), "tool_call_id": call_id}
-            if call_id in names:
-                message["name"] = names[call_id]
-            messages.append(message)
-        else:
-            f.fail(
-                "type",
-                'must be "message", "function_call", "function_call_output" or "reasoning" '
-                f"(stored items are not supported), got {kind!r}",
-            )
-    check_tool_pairing(steps)
-    return messages
-
-
-def _required_string(f: Fields, key: str) -> str:
-    value = f.string(key)
-    if value is None:
-        f.fail(key, "is required")
-    return value
-
-
-def _output(f: Fields) -> str:
-    """A function's result: a string, or input_text parts (other kinds are refused)."""
-    value = f.data.get("output")
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "input_text" for p in value):
-        if all(isinstance(p.get("text"), str) for p in value):
-            return "".join(p["text"] for p in value)
-    f.fail("output", "must be a string or an array of input_text parts")
-
-
-PART_FIELDS = {"input_text": ("type", "text"), "text": ("type", "text"), "refusal": ("type", "refusal"),
-               "output_text": ("type", "text", "annotations", "logprobs")}  # fmt: skip
-
-
-def _content(f: Fields) -> str | list[dict[str, str]]:
-    """A string, or text parts (the chat layer joins them, or gives them to a template that reads parts)."""
-    value = f.data.get("content")
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        f.fail("content", "must be a string or an array of text parts")
-    parts = []
-    for i, part in enumerate(value):
-        kind = part.get("type") if isinstance(part, dict) else None
-        key = "refusal" if kind == "refusal" else "text"
-        if kind not in PART_FIELDS or not isinstance(part.get(key), str):
-            f.fail(f"content[{i}]", f"must be an input_text or output_text part (no other kind), got {kind!r}")
-        refuse_unknown(part, PART_FIELDS[kind], f"{f.prefix}content[{i}].")
-        parts.append({"type": "text", "text": part[key]})
-    return parts
