@@ -81,11 +81,12 @@ class Server:
                 status, body, _ = http("GET", self.url + "/health", timeout=5)
                 if status == 200:
                     return self
-                if self.loading_health is None:
-                    self.loading_health = (status, body)
+                if self.loading_chat is None:
                     msg = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
                     s, b, _ = http("POST", self.url + "/v1/chat/completions", msg, self.auth(), timeout=5)
-                    self.loading_chat = (s, b)
+                    after, _, _ = http("GET", self.url + "/health", timeout=5)
+                    if after != 200:  # still loading after the chat answered: both were seen while loading
+                        self.loading_health, self.loading_chat = (status, body), (s, b)
             time.sleep(0.2)
         raise RuntimeError(f"server not ready within {LOAD_TIMEOUT} s:\n{self.output()}")
 
