@@ -22,6 +22,20 @@ def _remember(request, launched: dict) -> None:
     request.config.stash.setdefault(_LAUNCHED, []).extend(launched.values())
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the log of any of this folder's servers that has exited: a server that
+    died under one test fails every later test with "connection refused", and only its log says why."""
+    report = yield
+    if report.failed:
+        for server in item.config.stash.get(_LAUNCHED, []):
+            if server.died and not server.reported:
+                server.reported = True
+                title = f"server {' '.join(server.args[1:])} exited with {server.proc.returncode}"
+                report.sections.append((title, server.output()))
+    return report
+
+
 def pytest_runtest_teardown(item, nextitem):
     """Stop this folder's servers after its last test.
 

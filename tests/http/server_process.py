@@ -59,6 +59,8 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.loading_health: tuple[int, object] | None = None  # the first /health answer before ready
         self.loading_chat: tuple[int, object] | None = None  # a chat request sent while loading
+        self.stopped = False  # stop() was called: an exit after it is ours, not the server's
+        self.reported = False  # whether a failed test's report already carries this server's exit
 
     @property
     def url(self) -> str:
@@ -94,7 +96,13 @@ class Server:
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")[-5000:]
 
+    @property
+    def died(self) -> bool:
+        """The process exited without being stopped (a crash, the OOM killer, a failed bind)."""
+        return not self.stopped and self.proc is not None and self.proc.poll() is not None
+
     def stop(self) -> None:
+        self.stopped = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
