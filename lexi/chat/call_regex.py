@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from lexi.chat.counted_regex import countable, entry_mark, exit_mark
 from lexi.chat.regex_text import alt, literal, repeat
 from lexi.chat.schema_regex import COLON, COMMA, WS, SchemaRegex
 from lexi.chat.tool_calls import says_string
@@ -45,12 +46,16 @@ def function_call(tool: Tool) -> str | None:
     required = set(schema.get("required") or [])
     params = []
     for key, sub in properties.items():
-        value = _text_value(sub) if says_string(schema, key) else translator.value(sub, 1)
+        value, counted = _text_value(sub) if says_string(schema, key) else (translator.value(sub, 1), None)
         if value is None:
             if key in required:
                 return None
             continue
-        param = literal(f"<parameter={key}>\n") + value + literal("\n</parameter>\n")
+        if counted is None:
+            param = literal(f"<parameter={key}>\n") + value + literal("\n</parameter>\n")
+        else:  # its length counted beside the DFA (counted_regex)
+            opener = literal(f"<parameter={key}>") + entry_mark(*counted) + literal("\n")
+            param = opener + value + literal("\n</parameter>") + exit_mark() + literal("\n")
         params.append(param if key in required else f"(?:{param})?")
     if schema.get("additionalProperties", not properties) is not False:
         any_key = "[\\u0020-\\u003D\\u003F-\\uD7FF\\uE000-\\U0010FFFF]+"  # a name without '>' or a newline
@@ -59,19 +64,24 @@ def function_call(tool: Tool) -> str | None:
     return literal(f"<function={tool.name}>\n") + "".join(params) + literal("</function>")
 
 
-def _text_value(schema) -> str:
-    """A string parameter written as raw text: its enum values when it lists them, a length bound when it is
-    too short to hold the closing tag, else any text without `</parameter>` (other keywords widened). A longer
-    bound would be counted in the DFA that avoids the tag: ~19 states a character (the character, its UTF-8
-    continuation states, the tag's 11 prefixes), past the repeat budget of `regex_cost` from 12 on."""
+def _text_value(schema) -> tuple[str, tuple[int, int | None] | None]:
+    """A string parameter written as raw text, and whether its length is counted beside the DFA: its enum values
+    when it lists them, a length bound when it is too short to hold the closing tag (written out), a longer
+    bound counted beside the DFA (`counted_regex`: written out, the DFA that avoids the tag would take ~19
+    states a character, past the repeat budget of `regex_cost` from 12 on), else any text without `</parameter>`
+    (other keywords widened)."""
     if isinstance(schema, dict):
         choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
         if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-            return alt(literal(c) for c in choices)
+            return alt(literal(c) for c in choices), None
         low, high = schema.get("minLength", 0), schema.get("maxLength")
         if isinstance(high, int) and isinstance(low, int) and 0 <= low <= high < len("</parameter>"):
-            return repeat("[\\u0000-\\uD7FF\\uE000-\\U0010FFFF]", low, high)
-    return avoid("</parameter>")
+            return repeat("[\\u0000-\\uD7FF\\uE000-\\U0010FFFF]", low, high), None
+        low = low if isinstance(low, int) and not isinstance(low, bool) and low >= 0 else 0
+        high = high if isinstance(high, int) and not isinstance(high, bool) and high >= low else None
+        if (low or high is not None) and countable(low, high):
+            return avoid("</parameter>"), (low, high)
+    return avoid("</parameter>"), None
 
 
 def avoid(word: str) -> str:

@@ -19,18 +19,22 @@ from outlines_core import Guide, Index
 from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable, set_bits
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_strings import CountedStrings, Run
 
 
 class CompiledIndex:
     """An outlines-core Index, a serial number that keys its masks, which of its states end the output, and how
     far each state is from the end (its closing table)."""
 
-    __slots__ = ("index", "serial", "closing", "_terminal")
+    __slots__ = ("index", "serial", "closing", "counted", "_terminal")
 
-    def __init__(self, index: Index, serial: tuple[int, int], closing: ClosingTable) -> None:
+    def __init__(
+        self, index: Index, serial: tuple[int, int], closing: ClosingTable, counted: CountedStrings | None = None
+    ) -> None:
         self.index = index
         self.serial = serial
         self.closing = closing
+        self.counted = counted  # the byte-level view of its counted strings (None: it has none)
         self._terminal: dict[int, bool] = {}
 
     def terminal(self, state: int, eos_id: int) -> bool:
@@ -68,6 +72,7 @@ class TurnConstraint:
         self._tail = b""  # the end of the free text, as long as the marker could still be completing
         self._started = False  # the current guided phase consumed a token
         self._free_rest = False  # a container opened at a hole: nothing is restricted any more
+        self._run: Run | None = None  # the counted string the guided phase is writing (counted_strings)
         self._enter(0)
 
     def closing_distance(self) -> int:
@@ -79,7 +84,7 @@ class TurnConstraint:
             if phase.may_end:
                 return 0
             return self._vocab.marker_cost(phase.marker.encode())[self._held(phase.marker.encode())] + self._next_cost
-        here = self._compiled.closing.distance(self._guide.get_state()) + self._next_cost
+        here = self._compiled.closing.distance(self._guide.get_state()) + self._pending_min + self._next_cost
         return min(1, here) if not self._started and phase.may_end_first else here
 
     def mask_key(self) -> tuple | None:
@@ -99,10 +104,14 @@ class TurnConstraint:
             return ("free", phase.marker, held, enter, phase.may_end)
         may_end = not self._started and phase.may_end_first
         limit = self._guided_limit()
+        state = self._guide.get_state()
+        if self._counted_narrows():
+            run = self._run
+            counts = None if run is None else (run.low, run.high, run.arrivals - run.start, run.last, run.count)
+            return ("counted", self._compiled.serial, state, counts, limit, self._pending_min > 0, may_end)
         if limit is not None:
-            state = self._guide.get_state()
             return ("closing", self._compiled.serial, state, self._compiled.closing.count_within(state, limit), may_end)
-        return ("guided", self._compiled.serial, self._guide.get_state(), may_end)
+        return ("guided", self._compiled.serial, state, may_end)
 
     def fill_mask(self, row: np.ndarray) -> None:
         """Write the set `mask_key` named as bits of `row` (int32 words)."""
@@ -123,6 +132,9 @@ class TurnConstraint:
             return
         may_end = not self._started and phase.may_end_first
         limit = self._guided_limit()
+        if self._counted_narrows():
+            self._fill_counted(row, limit, may_end)
+            return
         if limit is not None:
             state = self._guide.get_state()
             set_bits(row, self._compiled.closing.allowed_within(state, limit).astype(np.int64))  # as the key says
@@ -156,8 +168,11 @@ class TurnConstraint:
         if self._opens_at_hole(token_id):
             self._free_rest = True
             return
+        counted, before = self._compiled.counted, self._guide.get_state()
         self._guide.advance(token_id, False)  # ValueError for a token the mask did not allow: fails the request
         self._started = True
+        if counted is not None:
+            self._run = counted.walk(before, self._vocab.token_bytes[token_id], self._run)
         if self._compiled.terminal(self._guide.get_state(), self._vocab.eos_id):
             self._enter(self._phase + 1)
 
@@ -170,13 +185,53 @@ class TurnConstraint:
             return None
         state = self._guide.get_state()
         closing = self._compiled.closing
-        limit = self._left - 1 - self._next_cost  # the next state must be this near the end of the phase
+        # the next state must be this near the end of the phase (and of a counted string's minimum length)
+        limit = self._left - 1 - self._next_cost - self._pending_min
         if closing.worst(state) <= limit:
             return None
         optional = not self._started and self._current.may_end_first
         if limit < closing.distance(state) - 1 and not optional:
             return None
         return max(limit, -1)
+
+    @property
+    def _pending_min(self) -> int:
+        """Characters the open counted string still needs before it may close (a token each, at worst)."""
+        return 0 if self._run is None else self._run.pending_min()
+
+    def _counted_scan(self):
+        state = self._guide.get_state()
+        skip = {*self._vocab.eog_ids, self._vocab.hole_id}
+
+        def ids() -> np.ndarray:
+            allowed = self._compiled.index.get_allowed_tokens(state) or []
+            size = self._vocab.size  # ids past it stand for bytes no token spells
+            return np.fromiter((t for t in allowed if t < size and t not in skip), dtype=np.int64)
+
+        return self._compiled.counted.scan(state, self._run, ids, self._vocab.all_token_bytes)
+
+    def _counted_narrows(self) -> bool:
+        """Whether the counted strings take anything from this step's guide mask (never without them)."""
+        if self._compiled.counted is None:
+            return False
+        scan = self._counted_scan()
+        return self._run is not None or not bool(scan.ok.all())
+
+    def _fill_counted(self, row: np.ndarray, limit: int | None, may_end: bool) -> None:
+        """The guide's tokens that keep counted strings within bounds, narrowed to closing ones near the budget."""
+        counted, state = self._compiled.counted, self._guide.get_state()
+        scan = self._counted_scan()
+        progress = limit is not None and self._pending_min > 0
+        ids = counted.allowed(scan, self._run, progress_only=progress)
+        if limit is not None and not progress:
+            ids = np.intersect1d(ids, self._compiled.closing.allowed_within(state, limit))
+        set_bits(row, ids.astype(np.int64))
+        hole = self._vocab.hole_id
+        if hole is not None and limit is None and self._guide.accepts_tokens([hole]):
+            # openers the guide would not take itself (where it does, as text, their count decides)
+            _set_bits(row, np.setdiff1d(self._vocab.container_openers, scan.ids))
+        if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
+            _set_bits(row, self._vocab.eog_ids)
 
     def _free_limit(self, phase: FreeText, marker: bytes, held: int) -> int | None:
         """For a thought that must close before constrained output: None while a free token leaves room to write
@@ -237,6 +292,7 @@ class TurnConstraint:
         if index >= len(self._plan.phases) and self._plan.loop_from is not None:
             index = self._plan.loop_from
         self._phase, self._tail, self._started, self._guide, self._compiled = index, b"", False, None, None
+        self._run = None
         if index < len(self._plan.phases) and isinstance(self._current, Guided):
             self._compiled = self._indexes[self._current.regex]
             self._guide = Guide(self._compiled.index)

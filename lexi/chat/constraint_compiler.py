@@ -23,6 +23,7 @@ from lexi.chat.constraint import CompiledIndex, TurnConstraint
 from lexi.chat.constraint_budget import ClosingTable
 from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
 from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_strings import CountedStrings, has_counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,7 @@ class ConstraintCompiler:
         try:
             built = Index(regex, self.vocab.outlines)
             closing = ClosingTable(built, self.vocab.eos_id)
+            counted = CountedStrings(regex) if has_counted(regex) else None
         except Exception as exc:  # outlines-core raises plain errors for regexes it cannot take
             with self._lock:
                 self._running.pop(regex, None)
@@ -106,7 +108,7 @@ class ConstraintCompiler:
             del self.compile_seconds[:-256]
             self._running.pop(regex, None)
             self._serial += 1  # never reused, even after eviction
-            index = self._cache[regex] = CompiledIndex(built, (self._namespace, self._serial), closing)
+            index = self._cache[regex] = CompiledIndex(built, (self._namespace, self._serial), closing, counted)
             while len(self._cache) > self.config.cache_size:
                 self._cache.popitem(last=False)
         return index

@@ -17,6 +17,7 @@ import threading
 from outlines_core import Vocabulary
 
 from lexi.chat.constraint_budget import fewest_tokens
+from lexi.chat.counted_strings import TokenBytes
 
 _SPACE = b" \t\r\n"
 
@@ -44,12 +45,25 @@ class ConstraintVocabulary:
         self.ids_of_bytes = dict(table)  # text tokens by their bytes: what spells a marker, and how briefly
         if self.hole_id is not None:
             table[b"\x00"] = [self.hole_id]
+        for byte in range(1, 32):  # outlines-core takes a regex only if every state it reaches can be left:
+            # a counted string's marks (counted_regex) are control bytes some vocabularies cannot spell, so
+            # each gets an id past the vocabulary, which no mask row holds (the model never writes a mark)
+            table.setdefault(bytes([byte]), [self.size + byte])
         self.outlines = Vocabulary(self.eos_id, table)
         # tokens that open a JSON container: what a hole lets the model write
         self.container_openers = tuple(i for i in self._text_ids if self.token_bytes[i][:1] in (b"[", b"{"))
+        self._all_bytes: TokenBytes | None = None
         self._banned: dict[tuple[bytes, int, bool], tuple[int, ...]] = {}
         self._spelled: dict[bytes, tuple[int, ...]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def all_token_bytes(self) -> TokenBytes:
+        """Every token's bytes in one array (built on first use: only counted strings walk them)."""
+        with self._lock:
+            if self._all_bytes is None:
+                self._all_bytes = TokenBytes.of(self.token_bytes)
+            return self._all_bytes
 
     def banned(self, marker: bytes, held: int, enter: bool) -> tuple[int, ...]:
         """Tokens that, after text ending in marker[:held], would complete `marker` badly.

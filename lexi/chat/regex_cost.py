@@ -29,13 +29,14 @@ _BYTE_EOS = 256  # an id no byte token has
 
 
 @functools.cache
-def _byte_vocabulary() -> Vocabulary:
+def byte_vocabulary() -> Vocabulary:
+    """Each non-NUL byte a token: an index over it reaches every DFA state, with the model index's state ids."""
     return Vocabulary(_BYTE_EOS, {bytes([b]): [b] for b in range(1, 256)})
 
 
 def dfa_states(regex: str) -> int:
     """States of the index outlines-core builds for `regex` (each costs a pass over the model's vocabulary)."""
-    index = Index(regex, _byte_vocabulary())
+    index = Index(regex, byte_vocabulary())
     return len(set(index.get_transitions()) | set(index.get_final_states()))
 
 
@@ -52,12 +53,16 @@ def bounded_repeat(
     count is within `always`, what was written out before the budget: 16 copies of JSON text, 64 of an
     unescaped pattern atom);
     past that, widened to "at least as many copies as the budget holds (or `low`)" with no upper bound."""
+    if writes_out(part, low, high, budget, always):
+        return repeat(part, low, high)
+    if always is None:
+        always = ALWAYS_ESCAPED if "\\u005C" in part else ALWAYS_PLAIN
+    return repeat(part, min(low, max(budget // copy_states(part), always)), None)
+
+
+def writes_out(part: str, low: int, high: int | None, budget: int = REPEAT_STATES, always: int | None = None) -> bool:
+    """Whether `part` low..high times fits the DFA budget (`bounded_repeat` writes it out exactly)."""
     count = low if high is None else high
     if always is None:
         always = ALWAYS_ESCAPED if "\\u005C" in part else ALWAYS_PLAIN
-    if count <= always:
-        return repeat(part, low, high)
-    per_copy = copy_states(part)
-    if count * per_copy <= budget:
-        return repeat(part, low, high)
-    return repeat(part, min(low, max(budget // per_copy, always)), None)
+    return count <= always or count * copy_states(part) <= budget

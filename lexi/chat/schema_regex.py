@@ -20,8 +20,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from lexi.chat.counted_regex import countable, counted_json_body, exit_mark
 from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
-from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat
+from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
 from lexi.chat.regex_text import alt, literal, repeat
 from lexi.chat.schema_refs import resolve_ref
 
@@ -121,7 +122,10 @@ class SchemaRegex:
         high = _count(schema.get("maxLength"), None)
         if high is not None and low > high:
             return None
-        return QUOTE + bounded_repeat(self.char, low, high, self.budget) + QUOTE
+        if writes_out(self.char, low, high, self.budget) or not countable(low, high):
+            return QUOTE + bounded_repeat(self.char, low, high, self.budget) + QUOTE
+        # past the DFA budget: counted beside the automaton (counted_regex, counted_strings)
+        return QUOTE + counted_json_body(self.char, low, high) + QUOTE + exit_mark()
 
     def array_regex(self, schema: Mapping[str, Any], depth: int) -> str | None:
         prefix = schema.get("prefixItems")

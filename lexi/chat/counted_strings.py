@@ -1,0 +1,294 @@
+"""Counting the characters of bounded strings beside a constraint's DFA (the regex marks: `counted_regex`).
+
+An index of the same regex over the 255 single bytes has the same DFA state ids as the model's index and
+costs microseconds a state, so it gives every state's byte transitions. From them, per state: the bounds
+of the counted JSON string it is a character boundary of (the BOUNDARY mark it accepts), the bounds of
+the function-form value that starts after it (ENTRY), whether a counted string has just ended there
+(EXIT), and how many bytes it is from such an end. A JSON string's character is counted each time the
+walk arrives at a boundary from inside it (an escape is several bytes, one character); a raw text value's
+at each byte that starts a UTF-8 character. The bytes of a closer that cannot yet be told from text
+(`\\n</parameter>`) are counted too, and taken back by the distance to the end: the true count is
+(characters since the string opened) + (distance to the end now) - (distance at its start), and +1 while
+a JSON character is half written.
+
+A step's mask is the guide's tokens less those that would write a mark or take a counted string past
+its bounds. Each state's tokens are walked once, all at once over the vocabulary's bytes (numpy); a step
+then only compares those figures with its count.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from outlines_core import Index
+
+from lexi.chat.counted_regex import BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
+from lexi.chat.regex_cost import byte_vocabulary
+from lexi.chat.regex_text import lit
+
+_FAR = 1 << 20  # byte distance of a state from which no counted string ends nearby
+_MAX_ROUNDS = 64  # distance relaxation rounds: what a counted string's closer can be away, and more
+_MAX_PATHS = 4  # a mark read along more paths than this is not a mark
+
+
+def has_counted(regex: str) -> bool:
+    """Whether `regex` holds counted strings (every one is followed by the EXIT mark)."""
+    return lit(chr(EXIT)) in regex
+
+
+@dataclass(slots=True)
+class Run:
+    """Where the walk is in a counted string: what a request's constraint carries between steps."""
+
+    low: int
+    high: int
+    text: bool  # a function-form raw text value (else a JSON string)
+    arrivals: int  # characters since the string opened (and closer bytes not yet told apart)
+    start: int  # distance to the end where the string opened
+    last: int  # distance to the end at the last character boundary
+    mid: bool = False  # a JSON character is half written
+
+    @property
+    def count(self) -> int:
+        """Characters written, a half-written one included."""
+        return self.arrivals + self.last - self.start + self.mid
+
+    def pending_min(self) -> int:
+        return max(0, self.low - self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class StateScan:
+    """What each of a state's tokens does to counted strings (all arrays by position in `ids`)."""
+
+    ids: np.ndarray  # the guide's tokens at this state (no end-of-output token)
+    ok: np.ndarray  # writes no mark, and every string it opens and closes or leaves open keeps its bounds
+    exits: np.ndarray  # closes the string open before it
+    gain: np.ndarray  # count after it = run.arrivals - run.start + gain (+ run.last where not `seen`)
+    seen: np.ndarray  # it reaches a character boundary of the open string (else its count holds run.last)
+    at_boundary: np.ndarray  # it ends on a whole character of the open string, which it has not closed
+
+
+class CountedStrings:
+    """The byte-level view of one compiled regex that has counted strings."""
+
+    def __init__(self, regex: str) -> None:
+        index = Index(regex, byte_vocabulary())
+        transitions = index.get_transitions()
+        states = sorted(set(transitions) | set(index.get_final_states()) | {index.get_initial_state()})
+        self._row = {s: i for i, s in enumerate(states)}
+        n = len(states)
+        table = np.full((n, 256), -1, dtype=np.int32)
+        for state, edges in transitions.items():
+            i = self._row[state]
+            for byte, target in edges.items():
+                if byte < 256:
+                    table[i, byte] = self._row[target]
+        self._table = table
+        self.low, self.high = self._read(BOUNDARY)  # JSON string boundaries
+        self.entry_low, self.entry_high = self._read(ENTRY)  # before a raw text value
+        self.boundary, self.entry = self.low >= 0, self.entry_low >= 0
+        # EXIT is taken once where a string just ended, and again and again inside raw text (where it is text)
+        after_exit = table[:, EXIT]
+        self.exit = (after_exit >= 0) & (table[np.maximum(after_exit, 0), EXIT] < 0)
+        self.distance = self._distances()
+        self._scans: dict[tuple, StateScan] = {}
+        self._lock = threading.Lock()
+
+    def _read(self, kind: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per state, the bounds a `kind` mark it accepts names (-1: none); several (a state of two anyOf
+        branches): the loosest, as either may be meant."""
+        n = len(self._table)
+        low, high = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        for i in np.nonzero(self._table[:, kind] >= 0)[0]:
+            paths = [(0, int(self._table[i, kind]))]
+            for _ in range(2 * DIGITS):
+                paths = [
+                    (value * 16 + d, int(self._table[at, DIGIT_BASE + d]))
+                    for value, at in paths
+                    for d in range(16)
+                    if self._table[at, DIGIT_BASE + d] >= 0
+                ]
+                if not paths or len(paths) > _MAX_PATHS:
+                    break
+            else:
+                low[i] = min(v >> (4 * DIGITS) for v, _ in paths)
+                high[i] = max(v & ((1 << (4 * DIGITS)) - 1) for v, _ in paths)
+        return low, high
+
+    def _distances(self) -> np.ndarray:
+        """Bytes from each state to the nearest state where a counted string has just ended."""
+        distance = np.where(self.exit, 0, _FAR).astype(np.int64)
+        valid = self._table >= 0
+        targets = np.where(valid, self._table, 0)
+        for _ in range(_MAX_ROUNDS):
+            through = np.where(valid, distance[targets], _FAR).min(axis=1) + 1
+            relaxed = np.minimum(distance, through)
+            if np.array_equal(relaxed, distance):
+                break
+            distance = relaxed
+        return distance
+
+    def walk(self, state: int, data: bytes, run: Run | None) -> Run | None:
+        """The run after writing `data` from `state` (None: outside every counted string)."""
+        i = self._row[state]
+        for byte in data:
+            nxt = int(self._table[i, byte])
+            if nxt < 0:
+                return None  # the guide refuses this token anyway
+            dist = int(self.distance[nxt])
+            if self.exit[nxt]:
+                run = None
+            elif run is None:
+                if self.boundary[nxt]:
+                    run = Run(int(self.low[nxt]), int(self.high[nxt]), False, 0, dist, dist)
+                elif self.entry[i] and byte != ENTRY:
+                    run = Run(int(self.entry_low[i]), int(self.entry_high[i]), True, 0, dist, dist)
+            elif run.text:
+                run.arrivals += (byte & 0xC0) != 0x80
+                run.last = min(run.start, dist)
+            elif self.boundary[nxt]:
+                run.arrivals, run.last, run.mid = run.arrivals + 1, dist, False
+            else:
+                run.mid = True
+            i = nxt
+        return run
+
+    def scan(self, state: int, run: Run | None, ids: Callable[[], np.ndarray], vocab_bytes: TokenBytes) -> StateScan:
+        """Walk all of a state's tokens (`ids()`) at once, cached per state and kind of open run."""
+        key = (state, None if run is None else (run.text, run.start))
+        with self._lock:
+            found = self._scans.get(key)
+        if found is None:
+            found = self._scan(self._row[state], run, ids(), vocab_bytes)
+            with self._lock:
+                self._scans[key] = found
+        return found
+
+    def _scan(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> StateScan:
+        m, dist = len(ids), self.distance
+        lengths, offsets = vocab_bytes.lengths[ids], vocab_bytes.offsets[ids]
+        text = run is not None and run.text
+        text_start = run.start if text else 0
+        cur = np.full(m, start, dtype=np.int64)
+        ok = np.ones(m, dtype=bool)
+        first_open = np.full(m, run is not None)  # the string open before the token
+        exits = np.zeros(m, dtype=bool)
+        arrivals = np.zeros(m, dtype=np.int64)
+        if text:
+            last = np.full(m, min(text_start, dist[start]), dtype=np.int64)
+            seen = np.ones(m, dtype=bool)
+        else:
+            last = np.full(m, dist[start] if self.boundary[start] else 0, dtype=np.int64)
+            seen = np.full(m, bool(self.boundary[start]))
+        exit_gain = np.zeros(m, dtype=np.int64)
+        # a string opened within the token
+        run_open, run_text = np.zeros(m, dtype=bool), np.zeros(m, dtype=bool)
+        run_arrivals, run_start, run_last = (np.zeros(m, dtype=np.int64) for _ in range(3))
+        run_low, run_high = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+        run_mid = np.zeros(m, dtype=bool)
+        for p in range(int(lengths.max(initial=0))):
+            act = np.nonzero((lengths > p) & ok)[0]
+            if act.size == 0:
+                break
+            byte = vocab_bytes.flat[offsets[act] + p].astype(np.int64)
+            prev = cur[act]
+            nxt = self._table[prev, byte].astype(np.int64)
+            bad = (nxt < 0) | (byte == BOUNDARY) & self.boundary[prev] | (byte == ENTRY) & self.entry[prev]
+            bad |= (byte == EXIT) & self.exit[prev]
+            ok[act[bad]] = False
+            keep = ~bad
+            act, prev, nxt, byte = act[keep], prev[keep], nxt[keep], byte[keep]
+            to_exit, to_boundary = self.exit[nxt], self.boundary[nxt]
+            starts_char = (byte & 0xC0) != 0x80
+            fo = first_open[act]
+            closing = fo & to_exit
+            c = act[closing]
+            exits[c] = True
+            exit_gain[c] = arrivals[c] + dist[prev[closing]]
+            first_open[c] = False
+            if text:
+                counted = fo & ~to_exit
+                a = act[counted]
+                arrivals[a] += starts_char[counted]
+                last[a] = np.minimum(text_start, dist[nxt[counted]])
+            else:
+                counted = fo & to_boundary
+                a = act[counted]
+                arrivals[a] += 1
+                last[a] = dist[nxt[counted]]
+                seen[a] = True
+            ro = run_open[act] & ~fo
+            ended = ro & to_exit
+            e = act[ended]
+            true = run_arrivals[e] + dist[prev[ended]] - run_start[e]
+            ok[e[(true < run_low[e]) | (true > run_high[e])]] = False
+            run_open[e] = False
+            go = ro & ~to_exit
+            g_text = go & run_text[act]
+            t = act[g_text]
+            run_arrivals[t] += starts_char[g_text]
+            run_last[t] = np.minimum(run_start[t], dist[nxt[g_text]])
+            g_json = go & ~run_text[act]
+            j = act[g_json & to_boundary]
+            run_arrivals[j] += 1
+            run_last[j] = dist[nxt[g_json & to_boundary]]
+            run_mid[j] = False
+            run_mid[act[g_json & ~to_boundary]] = True
+            outside = ~fo & ~ro & ~to_exit
+            for opened, is_text, bounds in (
+                (outside & to_boundary, False, (self.low[nxt], self.high[nxt])),
+                (
+                    outside & ~to_boundary & self.entry[prev] & (byte != ENTRY),
+                    True,
+                    (self.entry_low[prev], self.entry_high[prev]),
+                ),
+            ):
+                o = act[opened]
+                run_open[o], run_text[o], run_mid[o], run_arrivals[o] = True, is_text, False, 0
+                run_start[o] = run_last[o] = dist[nxt[opened]]
+                run_low[o], run_high[o] = bounds[0][opened], bounds[1][opened]
+            cur[act] = nxt
+        end_boundary = self.boundary[cur]
+        half = ~text & first_open & ~end_boundary & ~self.exit[cur]
+        true = run_arrivals + run_last - run_start + (run_mid & ~run_text)
+        ok[run_open & (true > run_high)] = False
+        gain = np.where(exits, exit_gain, arrivals + np.where(seen, last, 0) + half)
+        if text:
+            at_boundary = first_open & (dist[cur] <= text_start)
+        else:
+            at_boundary = first_open & end_boundary
+        return StateScan(ids, ok, exits, gain, seen, at_boundary)
+
+    def allowed(self, scan: StateScan, run: Run | None, progress_only: bool = False) -> np.ndarray:
+        """The tokens of `scan` that keep every counted string within its bounds, given the open `run`;
+        `progress_only`: only those that stay in the string, end on a whole character and add one (the
+        tokens left are just enough to reach its minimum and close)."""
+        if run is None:
+            return scan.ids[scan.ok]
+        count = run.arrivals - run.start + scan.gain + np.where(scan.seen, 0, run.last)
+        within = np.where(scan.exits, (count >= run.low) & (count <= run.high), count <= run.high)
+        keep = scan.ok & within
+        if progress_only:
+            keep &= ~scan.exits & scan.at_boundary & (count > run.count)
+        return scan.ids[keep]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBytes:
+    """Every token's bytes in one flat array, for walking many tokens at once."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, token_bytes: list[bytes]) -> TokenBytes:
+        lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+        offsets = np.zeros(len(token_bytes), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        flat = np.frombuffer(b"".join(token_bytes) + b"\x00", dtype=np.uint8)
+        return cls(flat, offsets, lengths)

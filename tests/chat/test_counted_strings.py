@@ -1,0 +1,122 @@
+"""String lengths counted beside the DFA (maxLength / minLength past what the regex writes out), over the real
+SmolLM2 vocabulary and real compiled indexes, in both call forms and in a JSON answer.
+
+Walks sample uniformly among the allowed tokens: a uniform token writes several characters at once and almost
+never closes a string by choice, so a walk meets every bound head on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import numpy as np
+import pytest
+from test_constraint import allowed_ids
+from test_constraint_budget import budget_walk
+
+from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
+from lexi.chat.constraint_plan import plan_output
+from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_regex import BOUNDARY, ENTRY, EXIT
+from lexi.chat.counted_strings import has_counted
+from lexi.chat.output import ChatOutput
+from lexi.chat.response_format import ResponseFormat
+from lexi.chat.schema_regex import SchemaRegex
+from lexi.chat.tools import Tool, ToolChoice, ToolSet
+
+
+def note_tool(low: int, high: int | None) -> Tool:
+    text = {"type": "string", "minLength": low} | ({} if high is None else {"maxLength": high})
+    schema = {"type": "object", "properties": {"title": text, "n": {"type": "integer"}}, "required": ["title", "n"]}
+    return Tool("note", None, schema, strict=False)
+
+
+@pytest.fixture(scope="module")
+def vocab(smollm2_tokenizer):
+    return ConstraintVocabulary(smollm2_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def compiler(vocab):
+    compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
+    yield compiler
+    compiler.shutdown()
+
+
+def free_walk(constraint, vocab, size: int, steps: int, seed: int):
+    """Uniform random tokens under the mask, without a budget, until the constraint finishes."""
+    rnd = random.Random(seed)
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    ids = []
+    for _ in range(steps):
+        if constraint.is_finished():
+            return ids, "finished"
+        allowed = allowed_ids(constraint, row, size)
+        assert len(allowed), "the mask allows nothing"
+        token = int(rnd.choice(allowed))
+        constraint.advance(token)
+        if token in vocab.eog_ids:
+            return ids, "end"
+        ids.append(token)
+    return ids, "finished" if constraint.is_finished() else "length"
+
+
+def test_long_bounds_are_counted_not_widened():
+    regex = SchemaRegex({"type": "string", "maxLength": 40}).regex()
+    assert has_counted(regex)
+    assert not has_counted(SchemaRegex({"type": "string", "maxLength": 8}).regex())  # written out
+    assert not has_counted(SchemaRegex({"type": "string"}).regex())
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+@pytest.mark.parametrize(("low", "high"), [(0, 40), (0, 256), (30, 60)])
+def test_a_forced_call_keeps_long_string_bounds(compiler, smollm2_tokenizer, vocab, form, low, high):
+    tool = note_tool(low, high)
+    tools = ToolSet((tool,), ToolChoice("required"), parallel=False)
+    plan = plan_output(tools, form, None, None)
+    lengths = []
+    for seed in range(6):
+        constraint = asyncio.run(compiler.constraint(plan))
+        ids, ended = free_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 400, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)
+        output = ChatOutput(None, tools)
+        output.feed(smollm2_tokenizer.decode(ids), len(ids), "stop")  # raises for a call outside the schema
+        (call,) = output.calls
+        title = json.loads(call.arguments)["title"]
+        assert low <= len(title) <= high, title
+        assert not {chr(BOUNDARY), chr(ENTRY), chr(EXIT)} & set(call.arguments)  # no mark is ever written
+        lengths.append(len(title))
+    if high <= 60:
+        assert max(lengths) == high  # a uniform walk runs into the maximum: it is the bound that stops it
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+@pytest.mark.parametrize("high", [200, None])
+def test_a_long_minimum_still_closes_within_the_budget(compiler, smollm2_tokenizer, vocab, form, high):
+    tools = ToolSet((note_tool(30, high),), ToolChoice("required"), parallel=False)
+    plan = plan_output(tools, form, None, None)
+    for seed in range(6):
+        constraint = asyncio.run(compiler.constraint(plan, 70))
+        ids, ended = budget_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 70, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)
+        output = ChatOutput(None, tools)
+        output.feed(smollm2_tokenizer.decode(ids), len(ids), "stop")
+        assert 30 <= len(json.loads(output.calls[0].arguments)["title"]) <= (high or 10**6)
+
+
+def test_a_json_answer_keeps_bounds_of_strings_in_an_array(compiler, smollm2_tokenizer, vocab):
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 33}}},
+        "required": ["tags"],
+    }
+    fmt = ResponseFormat("json_schema", schema, "answer")
+    plan = plan_output(None, "json", fmt, None)
+    for seed in range(6):
+        constraint = asyncio.run(compiler.constraint(plan))
+        ids, ended = free_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 600, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)
+        value = json.loads(smollm2_tokenizer.decode(ids))
+        assert all(3 <= len(tag) <= 33 for tag in value["tags"]), value
