@@ -206,7 +206,9 @@ def _assistant_turn(blocks: list[dict[str, Any]], where: str, steps: list[Step],
                 f.fail("id", "is required")
             if not name:
                 f.fail("name", "is required")
-            calls.append(tool_call_entry(call_id, name, block.get("input", {}), f"{at}.input"))
+            if not isinstance(block.get("input"), dict):
+                f.fail("input", "must be a JSON object (the call's arguments)")
+            calls.append(tool_call_entry(call_id, name, block["input"], f"{at}.input"))
             steps.append(Step("call", f"{at}.id", call_id))
             names[call_id] = name
     turn: dict[str, Any] = {"role": "assistant", "content": parts if parts else ""}
