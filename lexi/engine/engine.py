@@ -269,7 +269,11 @@ class Engine:
         if reason is not None:  # slot and blocks are back before the caller sees the last event
             self.stats.requests_finished += 1
             self._release(seq)
-        self._emit(seq, CompletionDelta(text, (result.token_id,), logprobs, reason, prompt_logprobs=prompt_logprobs))
+        stop_string = stream.output.stop_string if reason is not None else None
+        delta = CompletionDelta(
+            text, (result.token_id,), logprobs, reason, prompt_logprobs=prompt_logprobs, stop_string=stop_string
+        )
+        self._emit(seq, delta)
 
     def _release(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)

@@ -30,7 +30,7 @@ def held_back_length(text: str, stops: Iterable[str]) -> int:
 class OutputProcessor:
     """Per-sequence state: feed each sampled token, get the text it releases and whether it finished."""
 
-    __slots__ = ("_detok", "_stops", "_eog", "_max_tokens", "_pending", "num_tokens", "finish_reason")
+    __slots__ = ("_detok", "_stops", "_eog", "_max_tokens", "_pending", "num_tokens", "finish_reason", "stop_string")
 
     def __init__(
         self, detokenizer: Detokenizer, stop: tuple[str, ...], eog_ids: frozenset[int], max_tokens: int
@@ -42,6 +42,7 @@ class OutputProcessor:
         self._pending = ""  # decoded but not yet released (a possible stop-string start)
         self.num_tokens = 0
         self.finish_reason: str | None = None
+        self.stop_string: str | None = None  # the stop string that ended the output (Anthropic's stop_sequence)
 
     def feed(self, token_id: int, constraint_done: bool = False) -> str:
         """Text released by this token; sets finish_reason when generation ends here."""
@@ -51,7 +52,7 @@ class OutputProcessor:
             return self._finish("stop")
         text = self._pending + self._detok.feed(token_id)
         if self._stops:
-            cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
+            cut = self._cut(text)
             if cut >= 0:
                 self._pending = ""
                 self.finish_reason = "stop"
@@ -71,8 +72,16 @@ class OutputProcessor:
         text = self._pending + self._detok.finish()
         self._pending = ""
         if self._stops:
-            cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
+            cut = self._cut(text)
             if cut >= 0:
                 text, reason = text[:cut], "stop"
         self.finish_reason = reason
         return text
+
+    def _cut(self, text: str) -> int:
+        """Where the earliest stop string in `text` begins (-1: none), noting which one it is."""
+        found = [(at, stop) for stop in self._stops if (at := text.find(stop)) >= 0]
+        if not found:
+            return -1
+        at, self.stop_string = min(found, key=lambda pair: pair[0])
+        return at

@@ -66,3 +66,4 @@ class CompletionDelta:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     prompt_logprobs: tuple[TokenLogprob | None, ...] = ()  # on the first event, when asked: None for the first token
+    stop_string: str | None = None  # on the last event: the stop string that ended the output, if one did

@@ -21,7 +21,6 @@ from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response, StreamingResponse
 
 from lexi.engine.config import EngineConfig
-from lexi.http.auth import bearer_token, key_matches
 from lexi.http.config import SamplingDefaults, ServerConfig
 from lexi.http.errors import ApiError
 from lexi.http.exchange import Headers, Reply, Request
@@ -31,7 +30,6 @@ from lexi.http.ray_board import REPORT_S, Admission, Cluster
 from lexi.http.ray_store import RemoteResponses
 from lexi.http.routes import open_route
 from lexi.http.routes.base import GenerationRoute, Route
-from lexi.http.sse import frame
 from lexi.http.state import ServerState, load_in_background, prepare_state
 
 log = logging.getLogger(__name__)
@@ -199,10 +197,6 @@ class LexiIngress:
     async def _capacity(self) -> int:
         return self.slots * len(await self.cluster.live(max_age=REPORT_S))
 
-    def _authorized(self, request: Request) -> bool:
-        keys = self.state.config.api_keys
-        return not keys or key_matches(bearer_token(request.headers.get("Authorization")), keys)
-
     async def __call__(self, http: StarletteRequest) -> Response:
         received = time.monotonic()
         body = await http.body()
@@ -217,7 +211,7 @@ class LexiIngress:
             received=received,
         )
         route = open_route(self.state, request)
-        if request.method == "OPTIONS" or not route.needs_model or not self._authorized(request):
+        if request.method == "OPTIONS" or not route.needs_model or not route.authorized():
             reply = await route.run()  # nothing a model is needed for (a keyless caller is answered 401 here)
             _access(route, request, reply.status)
             return _response(reply, request, route)
@@ -271,7 +265,7 @@ class LexiIngress:
             except Exception as exc:  # the replica died mid-stream: say so in the stream's own terms
                 log.warning("replica failed mid-stream on %s: %r", request.path, exc)
                 over = True
-                yield frame(_replica_gone(exc).body())
+                yield route.error_frame(_replica_gone(exc))
             finally:
                 if not over:  # the client hung up: the call is cancelled and the replica aborts the generation
                     answer.cancel()

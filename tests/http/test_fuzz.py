@@ -1,4 +1,5 @@
-"""Hostile bodies on every route: a 4xx in OpenAI's error shape or a 200, never a 5xx, and the server lives on.
+"""Hostile bodies on every route: a 4xx in the route's error shape (OpenAI's, or Anthropic's on /v1/messages) or a
+200, never a 5xx, and the server lives on.
 
 Bodies are mutations of valid ones (hypothesis): a field's value replaced (types, huge and tiny
 numbers, unicode digits, deep nesting, long strings), a field dropped, an unknown field or another
@@ -32,13 +33,30 @@ VALID = {
         "max_output_tokens": 2, "temperature": 0, "metadata": {"k": "v"}, "text": {"format": {"type": "text"}},
         "stream": False, "store": True,
     },
+    "/v1/messages": {
+        "model": "fuzz", "max_tokens": 2, "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "temperature": 0, "top_k": 5, "stop_sequences": ["x"], "metadata": {"user_id": "u"},
+        "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "none"}, "thinking": {"type": "disabled"},
+        "stream": False,
+    },
+    "/v1/messages/count_tokens": {
+        "model": "fuzz", "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+    },
     "/tokenize": {"content": "Hello", "add_special": False, "with_pieces": True},
     "/detokenize": {"tokens": [19556, 905]},
     "/apply-template": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True},
 }  # fmt: skip
 OTHER_ROUTES_FIELDS = [
     "prompt", "messages", "input", "max_output_tokens", "echo", "tokens", "content", "suffix", "previous_response_id",
+    "max_tokens", "system", "stop_sequences", "thinking", "tool_choice",
 ]  # fmt: skip
+ANTHROPIC = ("/v1/messages", "/v1/messages/count_tokens")  # errors in Anthropic's shape
 
 HOSTILE = st.one_of(
     st.none(),
@@ -96,9 +114,19 @@ def check(server, route: str, raw: bytes) -> None:
     status, body, _ = http("POST", server.url + route, raw, timeout=120)
     assert status < 500, (route, raw[:300], status, body)
     if status >= 400:
-        assert isinstance(body, dict) and set(body) == {"error"}, (route, raw[:300], body)
+        assert_error_shape(route, body, raw)
+
+
+def assert_error_shape(route: str, body, raw: bytes) -> None:
+    """OpenAI's {"error": {...}} on its routes, Anthropic's {"type": "error", "error": {...}} on its own."""
+    assert isinstance(body, dict), (route, raw[:300], body)
+    if route in ANTHROPIC:
+        assert set(body) == {"type", "error", "request_id"} and body["type"] == "error", (route, raw[:300], body)
+        assert set(body["error"]) == {"type", "message"}, body
+    else:
+        assert set(body) == {"error"}, (route, raw[:300], body)
         assert set(body["error"]) == {"message", "type", "param", "code"}, body
-        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
 
 
 @pytest.mark.parametrize("route", list(VALID))
@@ -128,5 +156,12 @@ def test_known_crashers_are_400s(fuzz_server, route):
     for raw in crashers:
         status, body, _ = http("POST", fuzz_server.url + route, raw, timeout=120)
         assert status == 400, (route, raw[:120], status, body)
-        assert set(body["error"]) == {"message", "type", "param", "code"}
+        assert_error_shape(route, body, raw)
     assert fuzz_server.get("/health")[0] == 200
+
+
+@pytest.mark.parametrize("route", ANTHROPIC)
+def test_the_unmutated_anthropic_bodies_are_answered(fuzz_server, route):
+    """The mutations start from bodies the route answers, so they probe the paths behind the checks too."""
+    status, body, _ = http("POST", fuzz_server.url + route, json.dumps(VALID[route]).encode(), timeout=120)
+    assert status == 200, body

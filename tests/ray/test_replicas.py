@@ -117,6 +117,20 @@ def test_aliases_key_models_and_health(ray_server, client):
         assert status == 200 and got.get_all("X-Request-Id") == ["trace-42.a"], got.get_all("X-Request-Id")
 
 
+def test_anthropic_messages_through_the_ingress(ray_server):
+    """Anthropic's key header passes the ingress's own key check, and its refusals keep Anthropic's shape."""
+    body = {"model": "main", "max_tokens": 3, "messages": USER, "temperature": 0}
+    status, reply, got = request("POST", ray_server.url + "/v1/messages", body, {"x-api-key": KEY})
+    assert status == 200 and reply["type"] == "message" and got.get("X-Lexi-Replica"), reply
+    _, rest = request("POST", ray_server.url + "/v1/messages", {**body, "stream": True}, {"x-api-key": KEY})[:2]
+    assert rest.startswith("event: message_start\n") and rest.rstrip().endswith('data: {"type":"message_stop"}')
+    status, reply, _ = request("POST", ray_server.url + "/v1/messages", body, {"x-api-key": "wrong"})
+    assert status == 401 and reply["error"]["type"] == "authentication_error"
+    status, reply, _ = request("POST", ray_server.url + "/v1/messages/count_tokens", {"messages": USER},
+                               {"x-api-key": KEY})  # fmt: skip
+    assert status == 200 and reply["input_tokens"] > 0
+
+
 def test_json_logs_of_the_replicas_are_json_lines(ray_server):
     """--log-format json: each replica's access line reaches the command's output as one JSON object, without
     the `(ServeReplica:... pid=...)` prefix Ray puts on forwarded output, and not folded by Ray's log

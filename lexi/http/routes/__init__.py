@@ -10,6 +10,7 @@ import re
 from urllib.parse import unquote
 
 from lexi.http.exchange import Request
+from lexi.http.messages.route import CountTokensRoute, MessagesRoute
 from lexi.http.routes.base import NotFoundRoute, Route
 from lexi.http.routes.chat import ChatCompletionsRoute
 from lexi.http.routes.completions import CompletionsRoute
@@ -27,6 +28,8 @@ ROUTES: tuple[tuple[re.Pattern[str], type[Route]], ...] = tuple(
         (r"/v1/completions", CompletionsRoute),
         (r"/v1/responses", ResponsesRoute),
         (r"/v1/responses/([^/]+)", StoredResponseRoute),
+        (r"/v1/messages", MessagesRoute),
+        (r"/v1/messages/count_tokens", CountTokensRoute),
         (r"/v1/models", ModelsRoute),
         (r"/v1/models/(.+)", ModelRoute),
         (r"/health", HealthRoute),

@@ -99,12 +99,19 @@ class Route:
     def prepare(self) -> None:
         if self.request.method == "OPTIONS":
             return  # a preflight carries no credentials by design
-        if self.requires_auth and self.state.config.api_keys:
-            token = bearer_token(self.request.headers.get("Authorization"))
-            if not key_matches(token, self.state.config.api_keys):
-                raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
+        if self.requires_auth and not self.authorized():
+            raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
         if self.needs_model and not self.state.ready:
             raise ApiError(503, "the model is loading", code="model_loading")
+
+    def presented_key(self) -> str | None:
+        """The key the request carries: OpenAI's clients send it as `Authorization: Bearer KEY`."""
+        return bearer_token(self.request.headers.get("Authorization"))
+
+    def authorized(self) -> bool:
+        """No keys set, or the request carries one of them (compared in constant time)."""
+        keys = self.state.config.api_keys
+        return not keys or key_matches(self.presented_key(), keys)
 
     def _not_allowed(self, *args: str) -> Reply:
         raise status_error(405)
@@ -145,6 +152,14 @@ class Route:
     def json(self, body: dict[str, Any], status: int = 200) -> Reply:
         return Reply(status, {"Content-Type": "application/json"}, json.dumps(body, ensure_ascii=False).encode())
 
+    def error_body(self, error: ApiError) -> dict[str, Any]:
+        """An error as this route's API writes it (OpenAI's shape; the Anthropic routes write theirs)."""
+        return error.body()
+
+    def error_frame(self, error: ApiError) -> bytes:
+        """An error that ends a stream already under way."""
+        return frame(error.body())
+
     def error_reply(self, exc: BaseException) -> Reply:
         if isinstance(exc, ApiError):
             error = exc
@@ -153,7 +168,7 @@ class Route:
             message = f"uncaught exception in {self.request.method} {self.request.path} (id={self.request_id})"
             log.error(message, exc_info=exc, extra={"fields": fields})
             error = ApiError(500, "internal server error", type="server_error")
-        reply = self.json(error.body(), error.status)
+        reply = self.json(self.error_body(error), error.status)
         if error.status == 401:
             reply.headers["WWW-Authenticate"] = "Bearer"
         if error.status == 405:  # RFC 9110: a 405 says what the route does take
@@ -296,9 +311,9 @@ class GenerationRoute(Route):
             except ApiError as exc:
                 if not self.sent_any:
                     raise
-                yield frame(exc.body())
+                yield self.error_frame(exc)
             except Exception as exc:
                 if not self.sent_any:
                     raise
                 log.exception("generation failed mid-stream")
-                yield frame(ApiError(500, f"generation failed: {exc}", type="server_error").body())
+                yield self.error_frame(ApiError(500, f"generation failed: {exc}", type="server_error"))

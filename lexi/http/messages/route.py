@@ -1,0 +1,110 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens: parse -> the chat turn -> generate -> a message or events.
+
+The same template, reasoning split, tool verification and constraints as /v1/chat/completions (its
+`chat_turn`), the same slots, drain and abort on disconnect (GenerationRoute). What differs is the edge:
+the key may come as `x-api-key` (Anthropic's) or `Authorization: Bearer`, errors are in Anthropic's shape
+(a stream under way ends with an `error` event), and `anthropic-version` / `anthropic-beta` are accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from lexi.chat.output import ChatOutput
+from lexi.chat.prompt import ChatTurn
+from lexi.http.auth import bearer_token
+from lexi.http.engine_stream import EngineStream, output_events
+from lexi.http.errors import ApiError
+from lexi.http.exchange import Reply
+from lexi.http.generation import choice_requests, sampling_params
+from lexi.http.messages.reply import MessageBuilder, error_body
+from lexi.http.messages.request import MessagesRequest, check_thinking, parse_messages_request
+from lexi.http.routes.base import GenerationRoute, Route
+from lexi.http.routes.chat import chat_turn
+from lexi.http.sse import named_frame
+from lexi.http.state import ServerState
+
+# chat_turn names chat's fields; here the same faults are about these
+_PARAMS = {"reasoning_effort": "thinking", "chat_template_kwargs": "thinking"}
+
+
+class AnthropicEdge:
+    """Anthropic's key header and error shape, for both routes (a mixin before Route in the bases)."""
+
+    request_id: str
+
+    def presented_key(self) -> str | None:
+        """`x-api-key` when sent (Anthropic's clients), else `Authorization: Bearer` (its auth_token, and others)."""
+        key = self.request.headers.get("x-api-key")
+        if key is None:
+            return bearer_token(self.request.headers.get("Authorization"))
+        return key.strip() or None
+
+    def error_body(self, error: ApiError) -> dict:
+        return error_body(error, self.request_id)
+
+    def error_frame(self, error: ApiError) -> bytes:
+        return named_frame(error_body(error, self.request_id))
+
+
+def messages_turn(state: ServerState, req: MessagesRequest) -> ChatTurn:
+    """The chat turn for a request, its faults named in this API's fields."""
+    check_thinking(req, state.template)
+    try:
+        return chat_turn(state, req.conversation)
+    except ApiError as exc:
+        exc.param = _PARAMS.get(exc.param, exc.param)
+        raise
+
+
+class MessagesRoute(AnthropicEdge, GenerationRoute):
+    route = "messages"
+
+    async def post(self) -> Reply | None:
+        state = self.state
+        req = parse_messages_request(self.json_body(), state.sampling)
+        model = state.names.resolve(req.model)
+        turn = messages_turn(state, req)
+        params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
+        constraint = await self.compile_constraint(turn, params.max_tokens)
+        requests = choice_requests(turn.prompt.ids, params, 1, [constraint] if turn.plan else None)
+        stream = await self.start_generation(requests)
+        builder = MessageBuilder(model, req.stop_sequences, req.show_thinking)
+        if req.stream:
+            return self.sse(self._stream(builder, stream, turn.output()))
+        async for _ in self._events(builder, stream, turn.output()):
+            pass
+        return self.json(builder.body()) if builder.stop[0] is not None else None
+
+    async def _events(self, builder: MessageBuilder, stream: EngineStream, output: ChatOutput) -> AsyncIterator[dict]:
+        """Every stream event, from message_start to message_stop; nothing after an abort."""
+        started = False
+        async for _, delta, events in output_events(stream, [output]):
+            if not started:
+                started = True
+                for event in builder.start(delta):
+                    yield event
+            for event in events:
+                for item in builder.feed(event):
+                    yield item
+        self.count_tokens()
+        last = stream.last[0]
+        if stream.aborted or last is None or last.finish_reason == "abort":
+            return
+        for event in builder.finish(last, output.calls):
+            yield event
+
+    async def _stream(self, builder: MessageBuilder, stream: EngineStream, output: ChatOutput) -> AsyncIterator[bytes]:
+        async for event in self._events(builder, stream, output):
+            yield named_frame(event)
+
+
+class CountTokensRoute(AnthropicEdge, Route):
+    """The prompt a /v1/messages body would give the model (tools and thinking switch included), counted."""
+
+    route = "count_tokens"
+
+    def post(self) -> Reply:
+        req = parse_messages_request(self.json_body(), self.state.sampling, counting=True)
+        self.state.names.resolve(req.model)
+        return self.json({"input_tokens": len(messages_turn(self.state, req).prompt.ids)})
