@@ -1,8 +1,9 @@
 """Counted bounds over real servers: a forced call in each form, at temperature 1.0 over several seeds, keeps
 the bounds the constraint writes out (a string under 12 characters, an integer range, 3 to 20 items) and
 validates (no 422). The JSON form comes from the engine's own tool prompt (the GGUF's ChatML template does
-not render tools), the function form from a Qwen3-Coder-style template. Bounds past the compile budget
-(`maxLength: 40`) are widened, not enforced: see README, Structured output."""
+not render tools), the function form from a Qwen3-Coder-style template. Lengths past what the DFA writes
+out (`maxLength: 40`, `minLength: 20`) are counted beside it: the same, at temperature 1 and a budget that
+leaves room to close."""
 
 from __future__ import annotations
 
@@ -81,3 +82,36 @@ def test_a_forced_call_keeps_counted_bounds_at_temperature_one(clients, form):
         arguments = json.loads(tool_call.function.arguments)
         jsonschema.validate(arguments, LABEL)
         assert 2 <= len(arguments["code"]) <= 11 and 3 <= len(arguments["levels"]) <= 20, (form, seed, arguments)
+
+
+TITLE = {
+    "type": "object",
+    "properties": {"title": {"type": "string", "minLength": 20, "maxLength": 40}},
+    "required": ["title"],
+}
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_forced_call_keeps_a_40_character_maximum_at_temperature_one(clients, form):
+    client, model = clients[form]
+
+    def call(seed):
+        return client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Write a long, detailed title for a novel about the sea."}],
+            tools=[{"type": "function", "function": {"name": "name_book", "parameters": TITLE}}],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=120,
+        )
+
+    with ThreadPoolExecutor(3) as pool:
+        replies = list(pool.map(call, SEEDS))
+    for seed, reply in zip(SEEDS, replies, strict=True):
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", (form, seed, choice)
+        (tool_call,) = choice.message.tool_calls
+        arguments = json.loads(tool_call.function.arguments)
+        jsonschema.validate(arguments, TITLE)  # 20..40 characters: the 422 of a widened bound is gone
