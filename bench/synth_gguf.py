@@ -15,9 +15,12 @@ that build them).
     python bench/synth_gguf.py export-vocab .whl/smollm2-vocab.json.gz       # 0.4 MB, travels to the device
     python bench/synth_gguf.py write tiny-gemma3 /tmp/t.gguf --vocab-from .whl/smollm2-vocab.json.gz --vocab 1024
     python bench/synth_gguf.py write qwen3moe-small /tmp/moe.gguf            # ~1.0 GB, 1.6B total, 0.36B active
+    python bench/synth_gguf.py write tiny-gpt-oss /tmp/g.gguf --vocab 4096   # a few MB, MXFP4 experts
 
 Mixture-of-experts shapes (qwen3moe) write a float32 router `ffn_gate_inp` (E, dim) and 3-D expert tensors
-`ffn_{gate,up,down}_exps` (E, rows, cols) in place of the dense FFN, typed as the dense ones would be.
+`ffn_{gate,up,down}_exps` (E, rows, cols) in place of the dense FFN, typed as the dense ones would be. gpt-oss
+shapes write llama.cpp's gpt-oss layout: biased Q8_0 attention with `attn_sinks`, a biased router, biased MXFP4
+experts, YaRN keys, the sliding window of the even layers.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ _TOKENIZER_KEYS = (
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    arch: str  # llama | qwen3 | gemma3
+    arch: str  # llama | qwen3 | qwen3moe | gemma3 | gpt-oss
     dim: int
     n_layers: int
     n_heads: int
@@ -67,10 +70,15 @@ class Shape:
     n_experts: int = 0  # qwen3moe: experts per layer (0: a dense FFN of ffn_dim)
     n_experts_used: int = 0
     expert_ffn_dim: int = 0
+    yarn: tuple[float, int] | None = None  # gpt-oss: YaRN (rope.scaling.factor, original_context_length)
 
     @property
     def qk_norm(self) -> bool:
         return self.arch in ("qwen3", "qwen3moe", "gemma3")
+
+    @property
+    def gpt_oss(self) -> bool:
+        return self.arch == "gpt-oss"
 
 
 SHAPES = {
@@ -90,6 +98,12 @@ SHAPES = {
         "qwen3moe", 1024, 16, 8, 4, 128, 3072, 151936, 40960, 1000000.0, False,
         n_experts=32, n_experts_used=4, expert_ffn_dim=768,
     ),
+    # gpt-oss-20b: 20.9B total, 3.6B active; 24 layers alternating a 128-token window with global attention, 32
+    # experts (top-4) in MXFP4 as OpenAI ships them, everything else Q8_0 here (~12 GB). Not written by any test.
+    "gpt-oss-20b": Shape(
+        "gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 131072, 150000.0, False, 128,
+        n_experts=32, n_experts_used=4, expert_ffn_dim=2880, yarn=(32.0, 4096),
+    ),
     "tiny-llama": Shape("llama", 256, 2, 4, 2, 64, 512, 49152, 2048, 10000.0, tied=False),
     "tiny-qwen3": Shape("qwen3", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, tied=False),
     "tiny-qwen3moe": Shape(
@@ -97,6 +111,10 @@ SHAPES = {
         n_experts=4, n_experts_used=2, expert_ffn_dim=256,
     ),
     "tiny-gemma3": Shape("gemma3", 256, 2, 4, 1, 64, 512, 49152, 2048, 1000000.0, True, 16, 2),
+    "tiny-gpt-oss": Shape(
+        "gpt-oss", 256, 4, 4, 2, 64, 256, 49152, 2048, 150000.0, False, 16,
+        n_experts=4, n_experts_used=2, expert_ffn_dim=256, yarn=(32.0, 4096),
+    ),
 }  # fmt: skip
 
 
@@ -108,6 +126,12 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
     # offset), and a random router then sends every token of the synthetic model to the same experts.
     embed_type = Q.Q8_0 if s.n_experts else Q.Q4_K
     out: list[tuple[str, tuple[int, ...], Q]] = [("token_embd.weight", (s.vocab, s.dim), embed_type)]
+    if s.gpt_oss:
+        return (
+            out
+            + _gpt_oss_tensors(s)
+            + [("output_norm.weight", (s.dim,), Q.F32), ("output.weight", (s.vocab, s.dim), Q.Q8_0)]
+        )
     for i in range(n):
         # llama.cpp's use_more_bits: the first and last eighth of the layers, and every third one between.
         more = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
@@ -145,6 +169,25 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
     return out
 
 
+def _gpt_oss_tensors(s: Shape) -> list[tuple[str, tuple[int, ...], Q]]:
+    """llama.cpp's gpt-oss layer: biased Q8_0 attention with sinks, post_attention_norm before a biased router and
+    biased MXFP4 experts."""
+    q_dim, kv_dim, e, ff = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_experts, s.expert_ffn_dim
+    out: list[tuple[str, tuple[int, ...], Q]] = []
+    for i in range(s.n_layers):
+        p = f"blk.{i}"
+        out += [(f"{p}.attn_norm.weight", (s.dim,), Q.F32)]
+        for name, rows in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
+            out += [(f"{p}.attn_{name}.weight", (rows, s.dim), Q.Q8_0), (f"{p}.attn_{name}.bias", (rows,), Q.F32)]
+        out += [(f"{p}.attn_output.weight", (s.dim, q_dim), Q.Q8_0), (f"{p}.attn_output.bias", (s.dim,), Q.F32)]
+        out += [(f"{p}.attn_sinks.weight", (s.n_heads,), Q.F32), (f"{p}.post_attention_norm.weight", (s.dim,), Q.F32)]
+        out += [(f"{p}.ffn_gate_inp.weight", (e, s.dim), Q.F32), (f"{p}.ffn_gate_inp.bias", (e,), Q.F32)]
+        for name, rows, cols in (("gate", ff, s.dim), ("up", ff, s.dim), ("down", s.dim, ff)):
+            out += [(f"{p}.ffn_{name}_exps.weight", (e, rows, cols), Q.MXFP4)]
+            out += [(f"{p}.ffn_{name}_exps.bias", (e, rows), Q.F32)]
+    return out
+
+
 def file_bytes(shape: Shape) -> int:
     """The tensor data's size in bytes (the file adds its metadata and alignment padding)."""
     return sum(_nbytes(dims, qtype) for _, dims, qtype in tensors(shape))
@@ -159,16 +202,23 @@ def _unit_spread(qtype: Q) -> float:
     """Standard deviation of the values of random blocks whose fp16 fields are all 1.0."""
     rng = np.random.default_rng(0)
     raw = rng.integers(0, 256, size=(256, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8)
-    for off in _F16_FIELDS[qtype]:
+    if qtype == Q.MXFP4:
+        raw[:, 0] = 128  # a scale of 1
+    for off in _F16_FIELDS.get(qtype, ()):
         raw[:, off : off + 2] = np.full((256, 1), 1.0, np.float16).view(np.uint8)
     return float(gguf.quants.dequantize(raw, qtype).std())
 
 
 def random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype: Q, std: float, spread: float) -> np.ndarray:
-    """(rows, row_bytes) uint8: random quants, fp16 fields set so the values have about `std` (finite)."""
+    """(rows, row_bytes) uint8: random quants, fp16 fields set so the values have about `std` (finite). MXFP4: its
+    E8M0 scale byte e (2^(e-128) times the doubled E2M1 values) near the power of two that gives `std`."""
     block, size = GGML_QUANT_SIZES[qtype]
     n_blocks = rows * cols // block
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)  # measured 25x less CPU than rng.bytes
+    if qtype == Q.MXFP4:
+        e = 128 + int(round(np.log2(std / spread)))
+        raw[:, 0] = rng.integers(e - 1, e + 2, size=n_blocks, dtype=np.uint8)
+        return raw.reshape(rows, cols // block * size)
     scale = (std / spread) * rng.uniform(0.5, 1.5, size=(n_blocks, 1)).astype(np.float32)
     scale_bytes = scale.astype(np.float16).view(np.uint8)
     for off in _F16_FIELDS[qtype]:
@@ -236,7 +286,12 @@ def write_synthetic(path: Path, shape: Shape, vocab: dict, seed: int = 0) -> int
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     if shape.sliding_window:
         w.add_sliding_window(shape.sliding_window)
-        w.add_sliding_window_pattern(shape.sliding_pattern)
+        if not shape.gpt_oss:  # gpt-oss alternates its layers (llama.cpp: set_swa_pattern(2)), no key
+            w.add_sliding_window_pattern(shape.sliding_pattern)
+    if shape.yarn is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(shape.yarn[0])
+        w.add_rope_scaling_orig_ctx_len(shape.yarn[1])
     w.add_tokenizer_model(vocab["tokenizer.ggml.model"])
     w.add_tokenizer_pre(vocab["tokenizer.ggml.pre"])
     w.add_token_list(vocab["tokenizer.ggml.tokens"])
@@ -258,6 +313,9 @@ def write_synthetic(path: Path, shape: Shape, vocab: dict, seed: int = 0) -> int
     w.write_ti_data_to_file()
     spreads = {q: _unit_spread(q) for q in {q for _, _, q in plan if q != Q.F32}}
     for name, dims, qtype in plan:
+        if name.endswith(".bias"):  # gpt-oss's biases: small beside the unit-scale outputs
+            w.write_tensor_data((0.05 * rng.standard_normal(dims)).astype(np.float32))
+            continue
         if qtype == Q.F32 and len(dims) == 2:  # a router: logits of about unit scale
             w.write_tensor_data((rng.standard_normal(dims) * dims[1] ** -0.5).astype(np.float32))
             continue

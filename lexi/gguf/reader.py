@@ -22,7 +22,7 @@ from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFReader,
 
 from lexi.gguf.errors import GGUFError
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt-oss")
 
 _T = GGMLQuantizationType
 SUPPORTED_TENSOR_TYPES: frozenset[GGMLQuantizationType] = frozenset(

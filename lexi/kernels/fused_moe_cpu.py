@@ -1,8 +1,9 @@
 """The mixture-of-experts FFN on LexiEngine's CPU kernels: each expert's gate/up/down as `CpuWeight`s (the file's
 blocks, or their x8 interleaving), multiplied by `cpu_qmatmul` without dequantizing anything.
 
-Math as `fused_moe_ref` (SiLU experts without biases, qwen3moe's): for token t and its k experts e = ids[t, s] with
-weights w[t, s], y_t = sum_s w[t, s] * down_e(silu(gate_e x_t) * up_e x_t). Assignments are sorted by expert and each
+Math as `fused_moe_ref`: for token t and its k experts e = ids[t, s] with weights w[t, s],
+y_t = sum_s w[t, s] * (down_e(act(gate_e x_t + bg_e, up_e x_t + bu_e)) + bd_e), act SiLU without biases (qwen3moe)
+or gpt-oss's clamped SwiGLU with them. Assignments are sorted by expert and each
 chosen expert multiplies all of its rows in one call (gate and up fused); the k outputs of a token are summed in
 slot order. The CPU kernels compute each output row the same way whatever the row count, so a row's result does not
 depend on which other rows share its experts (--deterministic costs nothing here).
@@ -20,6 +21,8 @@ import numpy as np
 import torch
 
 from lexi.kernels.cpu_qmatmul import CPU_KERNEL_TYPES, CpuKernels, CpuWeight, cpu_qmatmul
+from lexi.kernels.fused_moe_ref import gated_activation_ref
+from lexi.kernels.moe_types import SILU, GatedActivation
 
 if TYPE_CHECKING:
     from lexi.gguf.reader import TensorInfo
@@ -33,6 +36,10 @@ class CpuExperts:
     up: tuple[CpuWeight, ...]
     down: tuple[CpuWeight, ...]
     kernels: CpuKernels
+    activation: GatedActivation = SILU
+    gate_bias: torch.Tensor | None = None  # float32 (E, F) (gpt-oss), or None
+    up_bias: torch.Tensor | None = None  # float32 (E, F)
+    down_bias: torch.Tensor | None = None  # float32 (E, D)
 
     def __post_init__(self) -> None:
         e = len(self.gate)
@@ -42,6 +49,10 @@ class CpuExperts:
         for name, ws, shape in (("gate", self.gate, (f, d)), ("up", self.up, (f, d)), ("down", self.down, (d, f))):
             if any(w.shape != shape for w in ws):
                 raise ValueError(f"{name}: every expert must be {shape}")
+        for name, want in (("gate_bias", (e, f)), ("up_bias", (e, f)), ("down_bias", (e, d))):
+            bias = getattr(self, name)
+            if bias is not None and (tuple(bias.shape) != want or bias.dtype != torch.float32):
+                raise ValueError(f"{name}: must be float32 {want}, got {bias.dtype} {tuple(bias.shape)}")
 
     @staticmethod
     def supports(*infos: TensorInfo) -> bool:
@@ -49,16 +60,20 @@ class CpuExperts:
         return all(info.qtype in CPU_KERNEL_TYPES for info in infos)
 
     @classmethod
-    def from_gguf(cls, gate: TensorInfo, up: TensorInfo, down: TensorInfo, kernels: CpuKernels) -> CpuExperts:
+    def from_gguf(
+        cls, gate: TensorInfo, up: TensorInfo, down: TensorInfo, kernels: CpuKernels,
+        activation: GatedActivation = SILU, biases: tuple[torch.Tensor | None, ...] = (None, None, None),
+    ) -> CpuExperts:  # fmt: skip
         """Each expert's slice of the 3-D GGUF tensors (E, N, K), repacked where this CPU has x8 kernels for its type
-        (the mapped pages then given back), else read from the mapped file in place."""
+        (the mapped pages then given back), else read from the mapped file in place. `biases`: gate's, up's, down's."""
 
         def split(info: TensorInfo) -> tuple[CpuWeight, ...]:
             e, n, k = (int(s) for s in info.shape)
             rows = np.asarray(info.data).view(np.uint8).reshape(e, n, -1)
             return tuple(CpuWeight.repacked(kernels, rows[i], info.qtype, (n, k)) for i in range(e))
 
-        return cls(split(gate), split(up), split(down), kernels)
+        gb, ub, db = (None if b is None else b.to(torch.float32).contiguous() for b in biases)
+        return cls(split(gate), split(up), split(down), kernels, activation, gb, ub, db)
 
     @property
     def n_experts(self) -> int:
@@ -89,13 +104,10 @@ def fused_moe_cpu(
         raise ValueError(f"topk_ids: expert ids must be in [0, {experts.n_experts}), got {flat.min()}..{flat.max()}")
     xf = x.to(torch.float32)
     route_w = topk_weights.reshape(-1).to(torch.float32)
-    f = experts.ffn_dim
     y = torch.empty(flat.numel(), experts.dim, dtype=torch.float32)
     if n_tokens == 1:  # decode of one sequence: k distinct experts, one row each, no sort
         for s, e in enumerate(flat.tolist()):
-            gu = cpu_qmatmul(xf, (experts.gate[e], experts.up[e]), experts.kernels)
-            h = torch.nn.functional.silu(gu[:, :f]) * gu[:, f:]
-            y[s] = cpu_qmatmul(h, (experts.down[e],), experts.kernels)[0] * route_w[s]
+            y[s] = _expert(experts, e, xf)[0] * route_w[s]
         return y.view(1, k, experts.dim).sum(1)
     order = torch.argsort(flat, stable=True)
     counts = torch.bincount(flat, minlength=experts.n_experts).tolist()
@@ -105,7 +117,18 @@ def fused_moe_cpu(
             continue
         ids = order[start : start + count]
         start += count
-        gu = cpu_qmatmul(xf.index_select(0, ids // k), (experts.gate[e], experts.up[e]), experts.kernels)
-        h = torch.nn.functional.silu(gu[:, :f]) * gu[:, f:]
-        y[ids] = cpu_qmatmul(h, (experts.down[e],), experts.kernels) * route_w[ids, None]
+        y[ids] = _expert(experts, e, xf.index_select(0, ids // k)) * route_w[ids, None]
     return y.view(n_tokens, k, experts.dim).sum(1)
+
+
+def _expert(experts: CpuExperts, e: int, rows: torch.Tensor) -> torch.Tensor:
+    """rows (n, D) float32 through expert e: gate and up in one call, the biases, the activation, down."""
+    f = experts.ffn_dim
+    gu = cpu_qmatmul(rows, (experts.gate[e], experts.up[e]), experts.kernels)
+    g, u = gu[:, :f], gu[:, f:]
+    if experts.gate_bias is not None:
+        g = g + experts.gate_bias[e]
+    if experts.up_bias is not None:
+        u = u + experts.up_bias[e]
+    y = cpu_qmatmul(gated_activation_ref(g, u, experts.activation), (experts.down[e],), experts.kernels)
+    return y if experts.down_bias is None else y + experts.down_bias[e]

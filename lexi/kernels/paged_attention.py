@@ -97,19 +97,22 @@ def paged_attention_ref(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new rows over its cached prefix plus themselves.
 
     q: (T, H, D); caches (num_blocks, block_size, KVH, D) already hold this step's K/V.
     Row at position p attends to positions [max(0, p - sliding_window + 1), p] (all of [0, p] when the
-    window is 0). Returns (T, H, D) in q's dtype. Math in q's dtype via SDPA, except with a softcap.
+    window is 0). `sinks` (H,) float (gpt-oss): a learned logit per head that joins each row's softmax with no
+    value (it only takes probability away from the keys). Returns (T, H, D) in q's dtype. Math in q's dtype via
+    SDPA, except with a softcap or sinks (float32).
     """
     out = torch.empty_like(q)
     n_heads, n_kv = q.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
     qs_host = meta.query_start_host
     decoding = [s for s in range(meta.num_seqs) if qs_host[s + 1] - qs_host[s] == 1]
-    if decoding and softcap == 0.0:
+    if decoding and softcap == 0.0 and sinks is None:
         _attend_one_token_rows(q, k_cache, v_cache, meta, decoding, scale, sliding_window, out)
     else:
         decoding = []
@@ -133,17 +136,27 @@ def paged_attention_ref(
         allowed = k_pos[None, :] <= q_pos[:, None]
         if sliding_window > 0:
             allowed &= k_pos[None, :] > q_pos[:, None] - sliding_window
-        if softcap > 0.0:
+        if softcap > 0.0 or sinks is not None:
             scores = (qs.float() @ ks.float().transpose(1, 2)) * scale
-            scores = softcap * torch.tanh(scores / softcap)
+            if softcap > 0.0:
+                scores = softcap * torch.tanh(scores / softcap)
             scores = scores.masked_fill(~allowed, float("-inf"))
-            o = torch.softmax(scores, dim=-1) @ vs.float()
+            o = softmax_with_sinks(scores, sinks) @ vs.float()
         elif n_new == 1 and sliding_window == 0:
             o = F.scaled_dot_product_attention(qs, ks, vs, scale=scale)
         else:
             o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, scale=scale)
         out[start:end] = o.transpose(0, 1).to(q.dtype)
     return out
+
+
+def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last dim of float32 scores (..., H, n, L), with head h's sink logit sinks[h] as one more
+    column that is then dropped (gpt-oss's attention sinks; ggml_soft_max_ext's sinks); plain softmax for None."""
+    if sinks is None:
+        return torch.softmax(scores, dim=-1)
+    sink = sinks.to(torch.float32).view(-1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
 
 
 def _attend_one_token_rows(
@@ -206,6 +219,7 @@ def paged_attention(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
     variant: str = "auto",
     kernels: str = "auto",
 ) -> torch.Tensor:
@@ -217,6 +231,8 @@ def paged_attention(
     if variant == "auto":
         variant = choose_variant(q.device, meta, kernels)
     kwargs = {"scale": scale, "sliding_window": sliding_window, "softcap": softcap}
+    if sinks is not None and variant != "reference":
+        raise ValueError(f"sinks: the Triton {variant} kernel has no attention sinks yet; use kernels 'reference'")
     if variant == "decode":
         # Imported here: importing the model must not import Triton (nor fix its interpreter choice).
         from lexi.kernels.paged_attention_decode import paged_attention_decode
@@ -226,4 +242,4 @@ def paged_attention(
         from lexi.kernels.paged_attention_prefill import paged_attention_prefill
 
         return paged_attention_prefill(q, k_cache, v_cache, meta, **kwargs)
-    return paged_attention_ref(q, k_cache, v_cache, meta, **kwargs)
+    return paged_attention_ref(q, k_cache, v_cache, meta, sinks=sinks, **kwargs)

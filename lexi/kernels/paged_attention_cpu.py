@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lexi.kernels.paged_attention import AttentionMetadata, gather_kv
+from lexi.kernels.paged_attention import AttentionMetadata, gather_kv, softmax_with_sinks
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +84,10 @@ def decode_attention(
     *,
     scale: float,
     sliding_window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q (B, H, D), one row per sequence, over its cached keys (this step's already written) -> (B, H, D).
+    `sinks` (H,): gpt-oss's per-head sink logits (see `softmax_with_sinks`).
 
     Two float32 einsums over the grouped heads (each KV head's G query heads at once), not
     `scaled_dot_product_attention`: over a bfloat16 cache with grouped heads that took 132 us a layer at SmolLM2's
@@ -105,7 +107,10 @@ def decode_attention(
     scores = torch.einsum("bkgd,blkd->bkgl", grouped, k.to(torch.float32)).mul_(scale)
     if mask is not None:
         scores.masked_fill_(~mask.view(b, 1, 1, keys), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:  # (b, kv_heads, g, keys): head kv * g + j's sink joins its row
+        weights = softmax_with_sinks(scores.view(b, heads, 1, keys), sinks).view(b, kv_heads, heads // kv_heads, keys)
     out = torch.einsum("bkgl,blkd->bkgd", weights, v.to(torch.float32))
     return out.reshape(b, heads, d).to(q.dtype)
 
@@ -119,6 +124,7 @@ def attention_rowwise(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same contract as `paged_attention_ref`, each row computed alone over exactly the keys it may see."""
     out = torch.empty_like(q)
@@ -135,11 +141,13 @@ def attention_rowwise(
             lo = max(0, p - sliding_window + 1) if sliding_window > 0 else 0
             ks, vs = k[None, :, lo : p + 1], v[None, :, lo : p + 1]
             qs = q[row][None, :, None, :]
-            if softcap > 0.0:
+            if softcap > 0.0 or sinks is not None:
                 group = q.shape[1] // k.shape[0]
                 ks, vs = ks.repeat_interleave(group, dim=1).float(), vs.repeat_interleave(group, dim=1).float()
                 scores = (qs.float() @ ks.transpose(-1, -2)) * scale
-                o = torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1) @ vs
+                if softcap > 0.0:
+                    scores = softcap * torch.tanh(scores / softcap)
+                o = softmax_with_sinks(scores[0], sinks)[None] @ vs
             else:
                 o = F.scaled_dot_product_attention(qs, ks, vs, scale=scale, enable_gqa=True)
             out[row] = o[0, :, 0].to(q.dtype)

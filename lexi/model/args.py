@@ -17,9 +17,10 @@ from lexi.gguf.errors import GGUFError
 if TYPE_CHECKING:
     from lexi.gguf.reader import GGUFFile
 
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt-oss")
 ROPE_STYLES = ("norm", "neox")  # norm: adjacent pairs (2i, 2i+1); neox: halves (i, i + d/2)
 ACTIVATIONS = ("silu", "gelu_tanh")
+MOE_STYLES = ("qwen3moe", "gpt-oss")  # routing, biases and expert activation (lexi/model/moe.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,18 @@ class ModelArgs:
     expert_count: int = 0
     expert_used_count: int = 0
     expert_ffn_dim: int = 0
+    # gpt-oss: biases on attn_output, the router and the experts; a learned per-head sink logit in every softmax;
+    # experts chosen by their top-k logits and weighted by the softmax over those k; clamped SwiGLU experts.
+    attn_sinks: bool = False
+    out_bias: bool = False  # `attn_output.bias` (gpt-oss)
+    moe_style: str = "qwen3moe"  # one of MOE_STYLES
+    # YaRN (rope.scaling.type "yarn"): factor 0 = none; then rope_scale stays 1 and these shape the frequencies.
+    yarn_factor: float = 0.0
+    yarn_orig_ctx: int = 0  # rope.scaling.original_context_length
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_attn_factor: float = 1.0  # rope.scaling.attn_factor: multiplies YaRN's magnitude scale
+    rope_local_scaled: bool = False  # sliding-window layers rotate as the global ones do (gpt-oss), not unscaled
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -84,6 +97,11 @@ class ModelArgs:
             )
         if self.expert_count and self.expert_ffn_dim <= 0:
             raise ValueError(f"expert_ffn_dim must be > 0 with experts, got {self.expert_ffn_dim}")
+        if self.moe_style not in MOE_STYLES:
+            raise ValueError(f"moe_style must be one of {MOE_STYLES}, got {self.moe_style!r}")
+        if self.yarn_factor < 0 or (self.yarn_factor and self.yarn_orig_ctx <= 0):
+            raise ValueError(f"yarn_factor must be >= 0 and needs yarn_orig_ctx > 0, got {self.yarn_factor}, "
+                             f"{self.yarn_orig_ctx}")  # fmt: skip
 
     @property
     def is_moe(self) -> bool:
@@ -129,11 +147,28 @@ class _Meta:
 def _rope_scale(m: _Meta) -> float:
     kind = m.get("rope.scaling.type", "none")
     factor = float(m.get("rope.scaling.factor", 0.0) or 0.0)
-    if kind in ("none", "") or factor in (0.0, 1.0):
-        return 1.0
+    if kind in ("none", "", "yarn") or factor in (0.0, 1.0):
+        return 1.0  # yarn: see _yarn
     if kind == "linear":
         return 1.0 / factor
     raise GGUFError(f"{m.f.path}: rope scaling {kind!r} ({m.key('rope.scaling.type')}) is not supported")
+
+
+def _yarn(m: _Meta) -> dict[str, Any]:
+    """YaRN's keys as llama.cpp reads them (beta_fast 32 and beta_slow 1 unless the file says otherwise)."""
+    factor = float(m.get("rope.scaling.factor", 0.0) or 0.0)
+    if m.get("rope.scaling.type", "none") != "yarn" or factor in (0.0, 1.0):
+        return {}
+    for key in ("rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"):
+        if m.get(key) is not None:
+            raise GGUFError(f"{m.f.path}: {m.key(key)} is not supported")
+    return dict(
+        yarn_attn_factor=float(m.get("rope.scaling.attn_factor", 1.0) or 1.0),
+        yarn_factor=factor,
+        yarn_orig_ctx=m.int("rope.scaling.original_context_length"),
+        yarn_beta_fast=float(m.get("rope.scaling.yarn_beta_fast", 32.0) or 32.0),
+        yarn_beta_slow=float(m.get("rope.scaling.yarn_beta_slow", 1.0) or 1.0),
+    )
 
 
 def _gemma3_windows(m: _Meta, n_layers: int) -> tuple[int, ...]:
@@ -172,7 +207,7 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        ffn_dim=m.int("feed_forward_length", 0) if arch == "qwen3moe" else m.int("feed_forward_length"),
+        ffn_dim=m.int("feed_forward_length", 0) if arch in ("qwen3moe", "gpt-oss") else m.int("feed_forward_length"),
         vocab_size=int(f.tensors["token_embd.weight"].shape[0]),
         norm_eps=float(m.need("attention.layer_norm_rms_epsilon")),
         context_length=m.int("context_length"),
@@ -183,6 +218,7 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
         has_rope_freqs="rope_freqs.weight" in f.tensors,
         layer_windows=(0,) * n_layers,
         qkv_bias="blk.0.attn_q.bias" in f.tensors,
+        out_bias="blk.0.attn_output.bias" in f.tensors,
         qk_norm="blk.0.attn_q_norm.weight" in f.tensors,
         sandwich_norm=False,
         activation="silu",
@@ -191,6 +227,7 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
         tied_output="output.weight" not in f.tensors,
         attn_softcap=float(m.get("attn_logit_softcapping", 0.0) or 0.0),
         final_softcap=float(m.get("final_logit_softcapping", 0.0) or 0.0),
+        **_yarn(m),
     )
     if arch == "llama":
         common.update(rope_style="norm")  # llama.cpp's converter permutes q/k rows for adjacent-pair rope
@@ -208,6 +245,22 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
             expert_count=m.int("expert_count"),
             expert_used_count=m.int("expert_used_count"),
             expert_ffn_dim=expert_ffn,
+        )
+    elif arch == "gpt-oss":
+        # llama.cpp's llm_build_openai_moe_iswa: neox rope (YaRN), biased q/k/v/output, sinks, even layers sliding
+        # (set_swa_pattern(2)), every FFN a mixture of experts behind `post_attention_norm`.
+        expert_ffn = m.int("expert_feed_forward_length")
+        window = m.int("attention.sliding_window")
+        common.update(
+            rope_style="neox",
+            ffn_dim=m.int("feed_forward_length", expert_ffn),
+            layer_windows=tuple(window if i % 2 == 0 else 0 for i in range(n_layers)),
+            expert_count=m.int("expert_count"),
+            expert_used_count=m.int("expert_used_count"),
+            expert_ffn_dim=expert_ffn,
+            attn_sinks=True,
+            moe_style="gpt-oss",
+            rope_local_scaled=True,
         )
     elif arch == "gemma3":
         # The 27B model scales queries by hidden/heads instead of head_dim (llama.cpp: LLM_TYPE_27B).

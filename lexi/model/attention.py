@@ -14,7 +14,8 @@ from lexi.model.step import StepPlan
 
 
 class Attention(nn.Module):
-    """q/k/v projections (+ qwen2 biases), per-head q/k norms (qwen3, gemma3), rope, paged attention, output.
+    """q/k/v projections (+ qwen2/gpt-oss biases), per-head q/k norms (qwen3, gemma3), rope, paged attention (with
+    gpt-oss's sinks), output.
 
     `qkv` (CPU kernels) multiplies the three projections in one call; q, k and v then come out float32, and q is
     cast to the cache's dtype for attention.
@@ -38,6 +39,7 @@ class Attention(nn.Module):
         q_norm: RMSNorm | None = None,
         k_norm: RMSNorm | None = None,
         qkv: FusedLinear | None = None,
+        sinks: torch.Tensor | None = None,
         kernels: str = "auto",
     ) -> None:
         super().__init__()
@@ -47,6 +49,8 @@ class Attention(nn.Module):
         self.rope_dim, self.rope_style = rope_dim, rope_style
         self.scale, self.sliding_window, self.softcap = scale, sliding_window, softcap
         self.qkv = qkv
+        # gpt-oss: one learned logit per head that joins the softmax (float32, (H,)); None elsewhere.
+        self.sinks = None if sinks is None else nn.Parameter(sinks.to(torch.float32).contiguous(), requires_grad=False)
         self.kernels = kernels  # paged attention implementations: auto | triton | reference (kernels/backend.py)
         self.qk_norm: RMSNorm | None = None
         if q_norm is not None and k_norm is not None:
@@ -85,7 +89,7 @@ class Attention(nn.Module):
         k_cache, v_cache = cache
         q = q.to(k_cache.dtype)
         write_kv(k.to(k_cache.dtype), v.reshape(t, kvh, d).to(k_cache.dtype), k_cache, v_cache, meta.slot_mapping)
-        kwargs = {"scale": self.scale, "sliding_window": self.sliding_window}
+        kwargs = {"scale": self.scale, "sliding_window": self.sliding_window, "sinks": self.sinks}
         if plan.deterministic and q.device.type == "cpu" and self.kernels != "triton":
             o = attention_rowwise(q, k_cache, v_cache, meta, softcap=self.softcap, **kwargs)
         elif plan.decode is not None and self.softcap == 0.0:
@@ -97,4 +101,5 @@ class Attention(nn.Module):
 
     def extra_repr(self) -> str:
         h = f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}"
-        return f"{h}, window={self.sliding_window}, fused_qkv={self.qkv is not None}, kernels={self.kernels}"
+        sinks = f", sinks={self.sinks is not None}"
+        return f"{h}, window={self.sliding_window}, fused_qkv={self.qkv is not None}{sinks}, kernels={self.kernels}"

@@ -38,6 +38,8 @@ class DecodeLayer:
     qkv_bias: torch.Tensor | None
     qk_norm: torch.Tensor | None  # (H + KVH, head_dim): q heads' then k heads' norm weights
     wo: CpuWeight
+    wo_bias: torch.Tensor | None  # gpt-oss
+    sinks: torch.Tensor | None  # (H,) float32 attention sink logits (gpt-oss)
     post_attn_norm: torch.Tensor | None
     ffn_norm: torch.Tensor
     gate_up: tuple[CpuWeight, ...]  # empty with `moe`
@@ -63,14 +65,14 @@ class DecodeStack:
 
     @classmethod
     def from_blocks(cls, blocks: list[Block]) -> DecodeStack | None:
-        """The lean view of the layers, or None when a layer's matmuls are not all on the CPU kernels, or a layer
-        has biases beside q/k/v or attention softcapping (the modules handle those)."""
+        """The lean view of the layers, or None when a layer's matmuls are not all on the CPU kernels, or a dense
+        layer has FFN biases, or attention softcapping (the modules handle those)."""
         layers = []
         dense = next((b.mlp for b in blocks if isinstance(b.mlp, GatedMLP)), None)
         for b in blocks:
             a, m = b.attn, b.mlp
             moe = m if isinstance(m, MoEFFN) else None
-            if a.qkv is None or a.wo.cpu is None or a.wo.bias is not None or a.softcap:
+            if a.qkv is None or a.wo.cpu is None or a.softcap:
                 return None
             if moe is None and (m.gate_up is None or m.down.cpu is None):
                 return None
@@ -84,6 +86,8 @@ class DecodeStack:
                     qkv_bias=a.qkv.bias,
                     qk_norm=None if a.qk_norm is None else a.qk_norm.weight,
                     wo=a.wo.cpu[0],
+                    wo_bias=a.wo.bias,
+                    sinks=a.sinks,
                     post_attn_norm=None if post_a is None else post_a.weight,
                     ffn_norm=b.ffn_norm.weight,
                     gate_up=() if moe else tuple(m.gate_up.weights),
@@ -127,8 +131,12 @@ def run_decode(
         qk = apply_rope(qk, rope, s.rope_style, s.rope_dim).to(k_cache.dtype)
         k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, qk[:, h:])
         v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, qkv[:, qk_cols:].reshape(b, kvh, d).to(v_cache.dtype))
-        o = decode_attention(qk[:, :h], k_cache, v_cache, plan.decode, scale=s.scale, sliding_window=layer.window)
+        o = decode_attention(
+            qk[:, :h], k_cache, v_cache, plan.decode, scale=s.scale, sliding_window=layer.window, sinks=layer.sinks
+        )
         o = cpu_qmatmul(o.reshape(b, h * d), [layer.wo], kern)
+        if layer.wo_bias is not None:
+            o = o + layer.wo_bias
         if layer.post_attn_norm is not None:
             o = rms_norm(o, layer.post_attn_norm, eps)
         x = x + o

@@ -13,7 +13,7 @@ from lexi.gguf.errors import GGUFError
 from lexi.kernels.backend import KERNELS, Kernels, interpreter_enabled, resolve_kernels
 from lexi.kernels.cpu_qmatmul import ACTIVATIONS, CpuKernels
 from lexi.kernels.fused_moe_cpu import CpuExperts
-from lexi.kernels.moe_types import ExpertFFN, ExpertWeights
+from lexi.kernels.moe_types import SILU, SWIGLU_OAI, ExpertFFN, ExpertWeights
 from lexi.model.args import ModelArgs, model_args_from_gguf
 from lexi.model.attention import Attention
 from lexi.model.head import OutputHead
@@ -151,6 +151,10 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
     config = config or LoadConfig()
     args = model_args_from_gguf(f)
     device, dtype, kernels = config.resolve()
+    if args.attn_sinks and kernels == "triton":
+        raise LoadConfigError(
+            "kernels", f"{args.family}'s attention sinks have no Triton kernel yet; use --kernels reference"
+        )
     if dtype == torch.float16 and args.family == "gemma3":
         # Measured: Gemma 3's activations pass 65504 and every logit comes out NaN in float16.
         raise ValueError("dtype float16 overflows Gemma 3's activations (NaN logits); use bfloat16 or float32")
@@ -203,15 +207,30 @@ def _build(
             infos.append(t.get(f"{p}.ffn_{name}_exps.weight"))
             _check_shape(f, infos[-1], shape)
         router_w = dequantize_tensor(router).to(device)
+        router_b, biases, activation, routing = None, (None, None, None), SILU, "softmax_topk"
+        if a.moe_style == "gpt-oss":
+            info = t.get(f"{p}.ffn_gate_inp.bias")
+            _check_shape(f, info, (e,))
+            router_b = dequantize_tensor(info).to(device)
+            biases = tuple(bias_of(f"{p}.ffn_{name}_exps.bias", (e, size)) for name, size in
+                           (("gate", ff), ("up", ff), ("down", a.dim)))  # fmt: skip
+            activation, routing = SWIGLU_OAI, "topk_softmax"
+        moe = dict(kernels=kernels, router_bias=router_b, routing=routing)
         if cpu_kernels is not None and CpuExperts.supports(*infos):
-            return MoEFFN(router_w, CpuExperts.from_gguf(*infos, cpu_kernels), a.expert_used_count, kernels)
+            cpu = CpuExperts.from_gguf(*infos, cpu_kernels, activation, biases)
+            return MoEFFN(router_w, cpu, a.expert_used_count, **moe)
         parts = []
         for info in infos:
             try:
                 parts.append(ExpertWeights.from_gguf(info, device))
             except ValueError as exc:
                 raise GGUFError(f"{f.path}: tensor {info.name!r}: {exc}") from None
-        return MoEFFN(router_w, ExpertFFN(*parts), a.expert_used_count, kernels)
+        return MoEFFN(router_w, ExpertFFN(*parts, activation, *biases), a.expert_used_count, **moe)
+
+    def bias_of(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        info = t.get(name)
+        _check_shape(f, info, shape)
+        return dequantize_tensor(info).to(device).contiguous()
 
     a = args
     emb_info = t.get("token_embd.weight")
@@ -236,7 +255,7 @@ def _build(
             wq,
             wk,
             wv,
-            linear(f"{p}.attn_output", a.dim, a.q_dim),
+            linear(f"{p}.attn_output", a.dim, a.q_dim, a.out_bias),
             n_heads=a.n_heads,
             n_kv_heads=a.n_kv_heads,
             head_dim=a.head_dim,
@@ -248,6 +267,7 @@ def _build(
             q_norm=norm(f"{p}.attn_q_norm.weight", a.head_dim) if a.qk_norm else None,
             k_norm=norm(f"{p}.attn_k_norm.weight", a.head_dim) if a.qk_norm else None,
             qkv=FusedLinear.maybe([wq, wk, wv]),
+            sinks=bias_of(f"{p}.attn_sinks.weight", (a.n_heads,)) if a.attn_sinks else None,
             kernels=kernels,
         )
         if a.is_moe:
@@ -261,7 +281,13 @@ def _build(
             Block(
                 norm(f"{p}.attn_norm.weight", a.dim),
                 attn,
-                norm(f"{p}.ffn_norm.weight", a.dim),
+                # gpt-oss names its pre-FFN norm post_attention_norm (after attention, before the experts).
+                norm(
+                    f"{p}.post_attention_norm.weight"
+                    if a.moe_style == "gpt-oss" and a.is_moe
+                    else f"{p}.ffn_norm.weight",
+                    a.dim,
+                ),  # fmt: skip
                 mlp,
                 norm(f"{p}.post_attention_norm.weight", a.dim) if a.sandwich_norm else None,
                 norm(f"{p}.post_ffw_norm.weight", a.dim) if a.sandwich_norm else None,

@@ -8,6 +8,7 @@ transformers' un-permuted weights, because q.k is unchanged when both are permut
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +37,29 @@ def inverse_frequencies(rope_dim: int, base: float, freq_factors: torch.Tensor |
     return inv
 
 
+def yarn_frequencies(
+    inv_freq: torch.Tensor, base: float, factor: float, orig_ctx: int, beta_fast: float = 32.0, beta_slow: float = 1.0,
+    attn_factor: float = 1.0,
+) -> tuple[torch.Tensor, float]:  # fmt: skip
+    """YaRN as ggml computes it (ggml_rope_yarn_corr_dims, rope_yarn): (the blended inverse frequencies, mscale).
+
+    Dims i (of d/2 pairs) below the fast boundary keep their frequency (extrapolation), those above the slow one are
+    divided by `factor` (interpolation), with a linear ramp between; cos and sin are then multiplied by
+    mscale = attn_factor * (1 + 0.1 ln factor). Position-linear, so it folds into the frequencies once.
+    """
+    rope_dim = 2 * inv_freq.numel()
+
+    def corr_dim(n_rot: float) -> float:
+        return rope_dim * math.log(orig_ctx / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(0.0, math.floor(corr_dim(beta_fast)))
+    high = min(rope_dim - 1.0, math.ceil(corr_dim(beta_slow)))
+    i = torch.arange(inv_freq.numel(), dtype=torch.float32)
+    ramp = 1.0 - ((i - low) / max(0.001, high - low)).clamp(0.0, 1.0)  # 1 = extrapolate, 0 = interpolate
+    blended = inv_freq * ((1.0 / factor) * (1.0 - ramp) + ramp)
+    return blended, attn_factor * (1.0 + 0.1 * math.log(factor))
+
+
 def _spread(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, d/2) cos and sin -> (T, d) cos_full and sin_signed in the style's pair layout."""
     if style == "neox":  # pairs (i, i + d/2): [a, b] -> [a cos - b sin, b cos + a sin]
@@ -43,13 +67,18 @@ def _spread(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Ten
     return torch.stack((cos, cos), dim=-1).flatten(-2), torch.stack((-sin, sin), dim=-1).flatten(-2)
 
 
-def rope_table(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0, style: str = "neox") -> RopeTable:
-    """Angles p * scale * inv_freq; `scale` < 1 is linear position interpolation."""
+def rope_table(
+    positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0, style: str = "neox", mscale: float = 1.0
+) -> RopeTable:
+    """Angles p * scale * inv_freq; `scale` < 1 is linear position interpolation; cos and sin times `mscale` (YaRN)."""
     pos = positions.to(torch.float32)
     if scale != 1.0:
         pos = pos * scale
     angles = pos[:, None] * inv_freq.to(pos.device)[None, :]
-    cos_full, sin_signed = _spread(torch.cos(angles), torch.sin(angles), style)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    if mscale != 1.0:
+        cos, sin = cos * mscale, sin * mscale
+    cos_full, sin_signed = _spread(cos, sin, style)
     return RopeTable(cos_full[:, None, :], sin_signed[:, None, :], style)
 
 
@@ -63,8 +92,8 @@ class RopeCache:
     same place of the same piece.
     """
 
-    def __init__(self, inv_freq: torch.Tensor, scale: float, style: str) -> None:
-        self.inv_freq, self.scale, self.style = inv_freq, scale, style
+    def __init__(self, inv_freq: torch.Tensor, scale: float, style: str, mscale: float = 1.0) -> None:
+        self.inv_freq, self.scale, self.style, self.mscale = inv_freq, scale, style, mscale
         width = 2 * inv_freq.numel()
         self.cos_full = torch.empty(0, width, device=inv_freq.device)
         self.sin_signed = torch.empty(0, width, device=inv_freq.device)
@@ -74,7 +103,7 @@ class RopeCache:
         start = self.cos_full.shape[0]
         while start < positions_needed:
             pos = torch.arange(start, start + ROPE_CHUNK, device=self.inv_freq.device)
-            t = rope_table(pos, self.inv_freq, self.scale, self.style)
+            t = rope_table(pos, self.inv_freq, self.scale, self.style, self.mscale)
             pieces_c.append(t.cos_full[:, 0])
             pieces_s.append(t.sin_signed[:, 0])
             start += ROPE_CHUNK

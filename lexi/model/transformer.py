@@ -14,7 +14,7 @@ from lexi.model.head import OutputHead
 from lexi.model.mlp import GatedMLP
 from lexi.model.moe import MoEFFN
 from lexi.model.norms import RMSNorm
-from lexi.model.rope import RopeCache, inverse_frequencies
+from lexi.model.rope import RopeCache, inverse_frequencies, yarn_frequencies
 from lexi.model.step import StepPlan
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -87,11 +87,21 @@ class Transformer(nn.Module):
         # --deterministic: only row-independent paths (lexi/model/step.py), so a request's tokens do not
         # depend on the batch it shares or on prefix-cache hits.
         self.deterministic = deterministic
-        inv_global = inverse_frequencies(args.rope_dim, args.rope_base, rope_freq_factors).to(device)
-        self.rope_global = RopeCache(inv_global, args.rope_scale, args.rope_style)
-        # Sliding-window layers (gemma3) have their own base and are never position-scaled.
+        inv_global = inverse_frequencies(args.rope_dim, args.rope_base, rope_freq_factors)
+        mscale = 1.0
+        if args.yarn_factor:
+            inv_global, mscale = yarn_frequencies(
+                inv_global, args.rope_base, args.yarn_factor, args.yarn_orig_ctx, args.yarn_beta_fast,
+                args.yarn_beta_slow, args.yarn_attn_factor,
+            )  # fmt: skip
+        self.rope_global = RopeCache(inv_global.to(device), args.rope_scale, args.rope_style, mscale)
+        # Sliding-window layers have their own base and are never position-scaled (gemma3), or rotate as the global
+        # layers do (gpt-oss: the same table).
         self.rope_local = None
-        if any(args.layer_windows):
+        if any(args.layer_windows) and args.rope_local_scaled:
+            if args.rope_base_local != args.rope_base:
+                raise ValueError("rope_local_scaled needs rope_base_local == rope_base")
+        elif any(args.layer_windows):
             inv_local = inverse_frequencies(args.rope_dim, args.rope_base_local).to(device)
             self.rope_local = RopeCache(inv_local, 1.0, args.rope_style)
         self.windows = frozenset(args.layer_windows)

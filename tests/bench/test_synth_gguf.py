@@ -61,6 +61,44 @@ def test_tiny_synthetic_model_loads_and_generates(tmp_path, vocab_export, shape)
     assert len(out["tokens"]) == 4 and all(0 <= t < 4096 for t in out["tokens"])
 
 
+def test_tiny_gpt_oss_loads_and_generates(tmp_path, vocab_export):
+    """llama.cpp's gpt-oss layout: biases, sinks, MXFP4 experts whose E8M0 scales give unit-scale layers, YaRN keys."""
+    path = tmp_path / "tiny-gpt-oss.gguf"
+    _run(str(SYNTH), "write", "tiny-gpt-oss", str(path), "--vocab-from", str(vocab_export), "--vocab", "4096")
+    f = read_gguf(path)
+    args = model_args_from_gguf(f)
+    assert (args.family, args.vocab_size, args.n_layers, args.layer_windows) == ("gpt-oss", 4096, 4, (16, 0, 16, 0))
+    assert (args.attn_sinks, args.yarn_factor, args.expert_count, args.expert_used_count) == (True, 32.0, 4, 2)
+    assert set(Counter(info.qtype.name for info in f.tensors.values())) == {"Q8_0", "MXFP4", "F32"}
+    for info in f.tensors.values():
+        values = dequantize(np.asarray(info.data), info.qtype)
+        assert np.isfinite(values).all() and 0.0 < float(np.abs(values).max()) < 100.0, info.name
+    experts = dequantize(
+        np.asarray(f.tensors["blk.0.ffn_up_exps.weight"].data), f.tensors["blk.0.ffn_up_exps.weight"].qtype
+    )
+    assert 0.5 < float(experts.std()) * 256**0.5 < 2.0  # about unit-scale outputs from unit-scale inputs
+    model = load_model(f, LoadConfig(device="cpu"))
+    ids = Tokenizer.from_gguf(f).encode("The quick brown fox jumps over the lazy dog, twice: the quick brown fox")
+    logits = SingleSequence(model, 32).extend(ids, all_logits=True)
+    assert len(ids) > 16 and torch.isfinite(logits).all() and float(logits.std()) > 0.1
+
+
+def test_gpt_oss_20b_plan_has_the_real_models_tensors_and_size():
+    """gpt-oss-20b's tensor list (never written here: ~12 GB): 24 layers of 19 tensors, 20.9B parameters."""
+    synth_gguf = _synth_module()
+    shape = synth_gguf.SHAPES["gpt-oss-20b"]
+    plan = synth_gguf.tensors(shape)
+    assert len(plan) == 24 * 19 + 3
+    dims = {name: d for name, d, _ in plan}
+    assert dims["blk.0.ffn_gate_inp.weight"] == (32, 2880) and dims["blk.0.attn_sinks.weight"] == (64,)
+    assert dims["blk.23.ffn_down_exps.weight"] == (32, 2880, 2880) and dims["blk.23.ffn_down_exps.bias"] == (32, 2880)
+    assert dims["blk.0.attn_q.weight"] == (4096, 2880) and dims["blk.0.attn_k.weight"] == (512, 2880)
+    params = sum(int(np.prod(d)) for d in dims.values())
+    assert 20.8e9 < params < 21.0e9, params
+    size = synth_gguf.file_bytes(shape)
+    assert 11.0e9 < size < 13.0e9, size  # MXFP4 experts (4.25 bits), Q8_0 elsewhere
+
+
 def _synth_module():
     sys.path.insert(0, str(SYNTH.parent))
     try:

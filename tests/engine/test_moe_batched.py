@@ -1,7 +1,8 @@
 """A mixture-of-experts model served in batches: rows that the router sends to different experts in the same step
 give, under --deterministic, the same greedy tokens as each request alone.
 
-The model is bench/synth_gguf.py's tiny-qwen3moe (4 experts, 2 per token, Q4_K/Q6_K) at the default CPU dtype.
+The models are bench/synth_gguf.py's tiny-qwen3moe (4 experts, 2 per token, Q4_K/Q6_K) and tiny-gpt-oss (4 experts,
+2 per token, MXFP4, biases, attention sinks, a 16-token window on alternate layers) at the default CPU dtype.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory):
-    path = tmp_path_factory.mktemp("moe") / "tiny-qwen3moe.gguf"
+@pytest.fixture(scope="module", params=["tiny-qwen3moe", "tiny-gpt-oss"])
+def tiny_moe(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("moe") / f"{request.param}.gguf"
     run_ = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "synth_gguf.py"), "write", "tiny-qwen3moe", str(path), "--vocab", "4096"],
+        [sys.executable, str(ROOT / "bench" / "synth_gguf.py"), "write", request.param, str(path), "--vocab", "4096"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert run_.returncode == 0, run_.stderr[-3000:]
@@ -39,6 +40,7 @@ def tiny_moe(tmp_path_factory):
 
 
 def test_rows_on_different_experts_give_the_tokens_they_give_alone(tiny_moe, monkeypatch):
+    """gpt-oss's prompts run past its 16-token window, through its sinks and biased MXFP4 experts."""
     model, tok = tiny_moe
     assert model.dtype == torch.bfloat16 and model.deterministic
     steps: list[torch.Tensor] = []  # every layer's expert ids of every step

@@ -237,3 +237,63 @@ def test_cpu_decode_attention_matches_reference(shape, window, dtype):
         got = decode_attention(case.q, case.k_cache, case.v_cache, batch, scale=case.scale, sliding_window=window)
         assert got.dtype == dtype
         assert max_error(got, reference32(case, window, 0.0), f"cpu decode {dtype} {cached}") < tol
+
+
+def dense_with_sinks(case: Case, window: int, sinks: torch.Tensor) -> torch.Tensor:
+    """fp64 answer with gpt-oss's sinks written out: each head's sink logit as one more softmax column, no value."""
+    out = torch.full(case.q.shape, float("nan"), dtype=torch.float64)
+    starts = case.meta.query_start_host
+    group = case.q.shape[1] // case.k_cache.shape[2]
+    for s, (keys, values) in enumerate(zip(case.keys, case.values, strict=True)):
+        n, c = starts[s + 1] - starts[s], case.cached[s]
+        if n == 0:
+            continue
+        q = case.q[starts[s] : starts[s + 1]].double().transpose(0, 1)
+        k = keys.double().transpose(0, 1).repeat_interleave(group, 0)
+        v = values.double().transpose(0, 1).repeat_interleave(group, 0)
+        ones = torch.ones(n, c + n, dtype=torch.bool)
+        allowed = ones.tril(c)
+        if window:
+            allowed &= ~ones.tril(c - window)
+        z = (q @ k.transpose(1, 2) * case.scale).masked_fill(~allowed, float("-inf"))
+        z = torch.cat([z, sinks.double()[:, None, None].expand(-1, n, 1)], dim=-1)
+        out[starts[s] : starts[s + 1]] = (torch.softmax(z, -1)[..., :-1] @ v).transpose(0, 1)
+    return out
+
+
+SINK_SHAPES = [(1, 2, 64), (4, 2, 64), (8, 1, 64)]  # gpt-oss: 64 heads over 8 KV heads of 64
+
+
+@pytest.mark.parametrize("window", [0, WINDOW], ids=["full", "window"])
+@pytest.mark.parametrize("shape", SINK_SHAPES, ids=lambda s: "g{}kv{}d{}".format(*s))
+def test_sinks_in_the_reference_the_cpu_decode_and_the_rowwise_paths(shape, window):
+    """Attention sinks (a learned logit per head joining the softmax) in the reference (prefill chunks and decode rows),
+    the CPU decode attention (a padded batch and each sequence alone) and the row-by-row path of --deterministic,
+    against the fp64 softmax with the sink column written out. Sinks of +-3 move real probability mass."""
+    from lexi.kernels.paged_attention_cpu import DecodeBatch, attention_rowwise, decode_attention
+
+    heads = shape[0] * shape[1]
+    sinks = 3.0 * torch.randn(heads, generator=torch.Generator().manual_seed(heads + window))
+    kw = dict(scale=None, sliding_window=window, sinks=sinks)
+    for new, cached in ((PREFILL_NEW, PREFILL_CACHED), ([1] * len(DECODE_CACHED), DECODE_CACHED)):
+        case = make_case(new, cached, shape, torch.float32)
+        kw["scale"] = case.scale
+        want = dense_with_sinks(case, window, sinks)
+        assert (want - dense_attention(case, window, 0.0)).abs().max() > 1e-2  # the sinks change the answer
+        got = paged_attention_ref(case.q, case.k_cache, case.v_cache, case.meta, **kw)
+        assert max_error(got, want, f"ref sinks {new}") < TOL[torch.float32]
+        got = attention_rowwise(case.q, case.k_cache, case.v_cache, case.meta, **kw)
+        assert max_error(got, want, f"rowwise sinks {new}") < TOL[torch.float32]
+    for cached in (DECODE_CACHED, *([c] for c in DECODE_CACHED)):
+        case = make_case([1] * len(cached), cached, shape, torch.float32)
+        batch = DecodeBatch.build(case.meta, BLOCK_SIZE, frozenset({0, window}))
+        got = decode_attention(case.q, case.k_cache, case.v_cache, batch, **{**kw, "scale": case.scale})
+        assert max_error(got, dense_with_sinks(case, window, sinks), f"cpu decode sinks {cached}") < TOL[torch.float32]
+
+
+def test_triton_variants_refuse_sinks():
+    case = make_case([1, 1], [3, 5], (2, 1, 64), torch.float32)
+    for variant in ("decode", "prefill"):
+        with pytest.raises(ValueError, match="sinks"):
+            paged_attention(case.q, case.k_cache, case.v_cache, case.meta, scale=case.scale,
+                            sinks=torch.zeros(2), variant=variant)  # fmt: skip

@@ -40,7 +40,14 @@ class TinySpec:
     n_experts_used: int = 0
     expert_ffn_dim: int = 0
     expert_types: tuple[Q, ...] = (Q.F32,)  # cycled over ffn_{gate,up,down}_exps in file order
+    yarn: tuple[float, int] | None = None  # (rope.scaling.factor, original_context_length) of YaRN rope scaling
     extra: dict = field(default_factory=dict)
+
+    @property
+    def gpt_oss(self) -> bool:
+        """llama.cpp's gpt-oss layout: biased q/k/v/output, attn_sinks, post_attention_norm before the experts, a
+        biased router and biased experts; sliding-window layers alternate (no pattern key)."""
+        return self.arch == "gpt-oss"
 
 
 def small_vocab(metadata: dict, size: int) -> dict:
@@ -115,7 +122,12 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
     w.add_add_bos_token(False)
     if spec.sliding_window:
         w.add_sliding_window(spec.sliding_window)
-        w.add_sliding_window_pattern(spec.sliding_window_pattern)
+        if not spec.gpt_oss:
+            w.add_sliding_window_pattern(spec.sliding_window_pattern)
+    if spec.yarn is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(spec.yarn[0])
+        w.add_rope_scaling_orig_ctx_len(spec.yarn[1])
     if spec.n_experts:
         w.add_expert_count(spec.n_experts)
         w.add_expert_used_count(spec.n_experts_used)
@@ -129,6 +141,9 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
 
     def norm(name: str, size: int) -> None:
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(size)).astype(np.float32))
+
+    def bias(name: str, shape: tuple[int, ...], std: float = 0.1) -> None:
+        w.add_tensor(name, (std * rng.standard_normal(shape)).astype(np.float32))
 
     def add(name: str, data: np.ndarray, qtype: Q) -> None:
         w.add_tensor(name, data, raw_dtype=qtype if data.dtype == np.uint8 else None)
@@ -144,23 +159,31 @@ def write_tiny_gguf(path: Path, spec: TinySpec, vocab_from: dict, seed: int = 0)
         linear(f"{p}.attn_q.weight", q_dim, d)
         linear(f"{p}.attn_k.weight", kv_dim, d)
         linear(f"{p}.attn_v.weight", kv_dim, d)
-        if spec.qkv_bias:
+        if spec.qkv_bias or spec.gpt_oss:
             for n, size in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
-                w.add_tensor(f"{p}.attn_{n}.bias", (0.1 * rng.standard_normal(size)).astype(np.float32))
+                bias(f"{p}.attn_{n}.bias", (size,))
         if spec.qk_norm:
             norm(f"{p}.attn_q_norm.weight", hd)
             norm(f"{p}.attn_k_norm.weight", hd)
         linear(f"{p}.attn_output.weight", d, q_dim)
-        if spec.sandwich_norm:
+        if spec.gpt_oss:
+            bias(f"{p}.attn_output.bias", (d,))
+            bias(f"{p}.attn_sinks.weight", (spec.n_heads,), 1.0)
+        if spec.sandwich_norm or spec.gpt_oss:
             norm(f"{p}.post_attention_norm.weight", d)
-        norm(f"{p}.ffn_norm.weight", d)
+        if not spec.gpt_oss:
+            norm(f"{p}.ffn_norm.weight", d)
         if spec.n_experts:
             e, ff = spec.n_experts, spec.expert_ffn_dim
             w.add_tensor(f"{p}.ffn_gate_inp.weight", (rng.standard_normal((e, d)) * d**-0.5).astype(np.float32))
+            if spec.gpt_oss:
+                bias(f"{p}.ffn_gate_inp.bias", (e,))
             for name, out_f, in_f in (("gate", ff, d), ("up", ff, d), ("down", d, ff)):
                 qtype = next(expert_kinds)
                 data = np.stack([_tensor(rng, (out_f, in_f), qtype, in_f**-0.5) for _ in range(e)])
                 add(f"{p}.ffn_{name}_exps.weight", data, qtype)
+                if spec.gpt_oss:
+                    bias(f"{p}.ffn_{name}_exps.bias", (e, out_f))
         else:
             linear(f"{p}.ffn_gate.weight", spec.ffn_dim, d)
             linear(f"{p}.ffn_up.weight", spec.ffn_dim, d)
