@@ -214,8 +214,7 @@ class TurnConstraint:
         """Whether the counted strings take anything from this step's guide mask (never without them)."""
         if self._compiled.counted is None:
             return False
-        scan = self._counted_scan()
-        return self._run is not None or not bool(scan.ok.all())
+        return self._run is not None or self._counted_scan().narrows
 
     def _fill_counted(self, row: np.ndarray, limit: int | None, may_end: bool) -> None:
         """The guide's tokens that keep counted strings within bounds, narrowed to closing ones near the budget."""

@@ -70,6 +70,7 @@ class StateScan:
     gain: np.ndarray  # count after it = run.arrivals - run.start + gain (+ run.last where not `seen`)
     seen: np.ndarray  # it reaches a character boundary of the open string (else its count holds run.last)
     at_boundary: np.ndarray  # it ends on a whole character of the open string, which it has not closed
+    narrows: bool  # some token is not ok: outside a string, the guide's own mask is not enough here
 
 
 class CountedStrings:
@@ -261,7 +262,7 @@ class CountedStrings:
             at_boundary = first_open & (dist[cur] <= text_start)
         else:
             at_boundary = first_open & end_boundary
-        return StateScan(ids, ok, exits, gain, seen, at_boundary)
+        return StateScan(ids, ok, exits, gain, seen, at_boundary, not bool(ok.all()))
 
     def allowed(self, scan: StateScan, run: Run | None, progress_only: bool = False) -> np.ndarray:
         """The tokens of `scan` that keep every counted string within its bounds, given the open `run`;

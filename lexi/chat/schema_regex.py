@@ -3,8 +3,9 @@
 The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
-`not`, `if`/`then`/`else`, property counts, untranslatable patterns, counted repeats (string lengths,
-item counts) past their compile budget (`regex_cost`), integer bounds of more than 18 digits, and
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, item counts past their compile
+budget (`regex_cost`; string lengths past it are counted beside the DFA instead, `counted_regex`), integer
+bounds of more than 18 digits, and
 nesting past a depth limit: there the regex holds a hole (a NUL character, which JSON text never
 contains raw), and the per-request constraint lets the model open any container at a hole and leaves
 the rest of the output free (a regex cannot count brackets, and writing every level out costs ~4x per

@@ -1,7 +1,8 @@
 """String lengths counted beside the DFA (maxLength / minLength past what the regex writes out), over the real
 SmolLM2 vocabulary and real compiled indexes, in both call forms and in a JSON answer.
 
-Walks sample uniformly among the allowed tokens: a uniform token writes several characters at once and almost
+Walks (`budget_walk`: a fixed number of steps; the constraint gets a budget only where a test says so) sample
+uniformly among the allowed tokens: a uniform token writes several characters at once and almost
 never closes a string by choice, so a walk meets every bound head on.
 """
 
@@ -9,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
-import numpy as np
 import pytest
-from test_constraint import allowed_ids
 from test_constraint_budget import budget_walk
 
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
@@ -45,24 +43,6 @@ def compiler(vocab):
     compiler.shutdown()
 
 
-def free_walk(constraint, vocab, size: int, steps: int, seed: int):
-    """Uniform random tokens under the mask, without a budget, until the constraint finishes."""
-    rnd = random.Random(seed)
-    row = np.zeros((size + 31) // 32, dtype=np.int32)
-    ids = []
-    for _ in range(steps):
-        if constraint.is_finished():
-            return ids, "finished"
-        allowed = allowed_ids(constraint, row, size)
-        assert len(allowed), "the mask allows nothing"
-        token = int(rnd.choice(allowed))
-        constraint.advance(token)
-        if token in vocab.eog_ids:
-            return ids, "end"
-        ids.append(token)
-    return ids, "finished" if constraint.is_finished() else "length"
-
-
 def test_long_bounds_are_counted_not_widened():
     regex = SchemaRegex({"type": "string", "maxLength": 40}).regex()
     assert has_counted(regex)
@@ -79,7 +59,7 @@ def test_a_forced_call_keeps_long_string_bounds(compiler, smollm2_tokenizer, voc
     lengths = []
     for seed in range(6):
         constraint = asyncio.run(compiler.constraint(plan))
-        ids, ended = free_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 400, seed)
+        ids, ended = budget_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 400, seed)
         assert ended == "finished", smollm2_tokenizer.decode(ids)
         output = ChatOutput(None, tools)
         output.feed(smollm2_tokenizer.decode(ids), len(ids), "stop")  # raises for a call outside the schema
@@ -116,7 +96,7 @@ def test_a_json_answer_keeps_bounds_of_strings_in_an_array(compiler, smollm2_tok
     plan = plan_output(None, "json", fmt, None)
     for seed in range(6):
         constraint = asyncio.run(compiler.constraint(plan))
-        ids, ended = free_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 600, seed)
+        ids, ended = budget_walk(constraint, vocab, smollm2_tokenizer.vocab_size, 600, seed)
         assert ended == "finished", smollm2_tokenizer.decode(ids)
         value = json.loads(smollm2_tokenizer.decode(ids))
         assert all(3 <= len(tag) <= 33 for tag in value["tags"]), value

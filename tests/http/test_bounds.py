@@ -57,31 +57,41 @@ def clients():
             server.stop()
 
 
-@pytest.mark.parametrize("form", ["json", "function"])
-def test_a_forced_call_keeps_counted_bounds_at_temperature_one(clients, form):
-    client, model = clients[form]
+def forced_arguments(client, model: str, prompt: str, name: str, schema: dict, tool_choice, max_tokens: int):
+    """The arguments of the one call each seed's forced request returns at temperature 1 (three at a time)."""
 
     def call(seed):
         return client.chat.completions.create(
             model=model,
-            messages=[{"role": "user", "content": "Label this parcel for shipping: a short code, a score, levels."}],
-            tools=[{"type": "function", "function": {"name": "label", "parameters": LABEL}}],
-            tool_choice={"type": "function", "function": {"name": "label"}},
+            messages=[{"role": "user", "content": prompt}],
+            tools=[{"type": "function", "function": {"name": name, "parameters": schema}}],
+            tool_choice=tool_choice,
             parallel_tool_calls=False,
             temperature=1.0,
             seed=seed,
-            max_tokens=200,  # room to close: this test does not lean on budget-aware closing
+            max_tokens=max_tokens,
         )
 
     with ThreadPoolExecutor(3) as pool:
         replies = list(pool.map(call, SEEDS))
+    out = []
     for seed, reply in zip(SEEDS, replies, strict=True):
         choice = reply.choices[0]
-        assert choice.finish_reason == "tool_calls", (form, seed, choice)
+        assert choice.finish_reason == "tool_calls", (seed, choice)
         (tool_call,) = choice.message.tool_calls
-        arguments = json.loads(tool_call.function.arguments)
+        out.append(json.loads(tool_call.function.arguments))
+    return out
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_forced_call_keeps_counted_bounds_at_temperature_one(clients, form):
+    client, model = clients[form]
+    prompt = "Label this parcel for shipping: a short code, a score, levels."
+    named = {"type": "function", "function": {"name": "label"}}
+    # max_tokens 200: room to close, this test does not lean on budget-aware closing
+    for arguments in forced_arguments(client, model, prompt, "label", LABEL, named, 200):
         jsonschema.validate(arguments, LABEL)
-        assert 2 <= len(arguments["code"]) <= 11 and 3 <= len(arguments["levels"]) <= 20, (form, seed, arguments)
+        assert 2 <= len(arguments["code"]) <= 11 and 3 <= len(arguments["levels"]) <= 20, (form, arguments)
 
 
 TITLE = {
@@ -94,24 +104,6 @@ TITLE = {
 @pytest.mark.parametrize("form", ["json", "function"])
 def test_a_forced_call_keeps_a_40_character_maximum_at_temperature_one(clients, form):
     client, model = clients[form]
-
-    def call(seed):
-        return client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": "Write a long, detailed title for a novel about the sea."}],
-            tools=[{"type": "function", "function": {"name": "name_book", "parameters": TITLE}}],
-            tool_choice="required",
-            parallel_tool_calls=False,
-            temperature=1.0,
-            seed=seed,
-            max_tokens=120,
-        )
-
-    with ThreadPoolExecutor(3) as pool:
-        replies = list(pool.map(call, SEEDS))
-    for seed, reply in zip(SEEDS, replies, strict=True):
-        choice = reply.choices[0]
-        assert choice.finish_reason == "tool_calls", (form, seed, choice)
-        (tool_call,) = choice.message.tool_calls
-        arguments = json.loads(tool_call.function.arguments)
+    prompt = "Write a long, detailed title for a novel about the sea."
+    for arguments in forced_arguments(client, model, prompt, "name_book", TITLE, "required", 120):
         jsonschema.validate(arguments, TITLE)  # 20..40 characters: the 422 of a widened bound is gone

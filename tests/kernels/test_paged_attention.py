@@ -70,8 +70,9 @@ def make_case(new: list[int], cached: list[int], shape: tuple[int, int, int], dt
     return Case(q, k_cache, v_cache, meta, keys, values, cached, head_dim**-0.5)
 
 
-def dense_attention(case: Case, window: int, softcap: float) -> torch.Tensor:
-    """fp64 answer from the dense K/V, masks built with tril instead of the positions the code uses."""
+def dense_attention(case: Case, window: int, softcap: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """fp64 answer from the dense K/V, masks built with tril instead of the positions the code uses; `sinks`:
+    gpt-oss's written out, each head's sink logit as one more softmax column, with no value."""
     out = torch.full(case.q.shape, float("nan"), dtype=torch.float64)
     starts = case.meta.query_start_host
     group = case.q.shape[1] // case.k_cache.shape[2]
@@ -86,7 +87,11 @@ def dense_attention(case: Case, window: int, softcap: float) -> torch.Tensor:
         allowed = ones.tril(c)  # row i sees j <= c + i
         if window:
             allowed &= ~ones.tril(c - window)  # ... and not j <= c + i - window
-        if softcap:
+        if sinks is not None:
+            z = (q @ k.transpose(1, 2) * case.scale).masked_fill(~allowed, float("-inf"))
+            z = torch.cat([z, sinks.double()[:, None, None].expand(-1, n, 1)], dim=-1)
+            o = torch.softmax(z, -1)[..., :-1] @ v
+        elif softcap:
             z = softcap * torch.tanh(q @ k.transpose(1, 2) * case.scale / softcap)
             o = torch.softmax(z.masked_fill(~allowed, float("-inf")), -1) @ v
         elif c == 0 and not window:
@@ -239,28 +244,6 @@ def test_cpu_decode_attention_matches_reference(shape, window, dtype):
         assert max_error(got, reference32(case, window, 0.0), f"cpu decode {dtype} {cached}") < tol
 
 
-def dense_with_sinks(case: Case, window: int, sinks: torch.Tensor) -> torch.Tensor:
-    """fp64 answer with gpt-oss's sinks written out: each head's sink logit as one more softmax column, no value."""
-    out = torch.full(case.q.shape, float("nan"), dtype=torch.float64)
-    starts = case.meta.query_start_host
-    group = case.q.shape[1] // case.k_cache.shape[2]
-    for s, (keys, values) in enumerate(zip(case.keys, case.values, strict=True)):
-        n, c = starts[s + 1] - starts[s], case.cached[s]
-        if n == 0:
-            continue
-        q = case.q[starts[s] : starts[s + 1]].double().transpose(0, 1)
-        k = keys.double().transpose(0, 1).repeat_interleave(group, 0)
-        v = values.double().transpose(0, 1).repeat_interleave(group, 0)
-        ones = torch.ones(n, c + n, dtype=torch.bool)
-        allowed = ones.tril(c)
-        if window:
-            allowed &= ~ones.tril(c - window)
-        z = (q @ k.transpose(1, 2) * case.scale).masked_fill(~allowed, float("-inf"))
-        z = torch.cat([z, sinks.double()[:, None, None].expand(-1, n, 1)], dim=-1)
-        out[starts[s] : starts[s + 1]] = (torch.softmax(z, -1)[..., :-1] @ v).transpose(0, 1)
-    return out
-
-
 SINK_SHAPES = [(1, 2, 64), (4, 2, 64), (8, 1, 64)]  # gpt-oss: 64 heads over 8 KV heads of 64
 
 
@@ -278,7 +261,7 @@ def test_sinks_in_the_reference_the_cpu_decode_and_the_rowwise_paths(shape, wind
     for new, cached in ((PREFILL_NEW, PREFILL_CACHED), ([1] * len(DECODE_CACHED), DECODE_CACHED)):
         case = make_case(new, cached, shape, torch.float32)
         kw["scale"] = case.scale
-        want = dense_with_sinks(case, window, sinks)
+        want = dense_attention(case, window, 0.0, sinks)
         assert (want - dense_attention(case, window, 0.0)).abs().max() > 1e-2  # the sinks change the answer
         got = paged_attention_ref(case.q, case.k_cache, case.v_cache, case.meta, **kw)
         assert max_error(got, want, f"ref sinks {new}") < TOL[torch.float32]
@@ -288,7 +271,8 @@ def test_sinks_in_the_reference_the_cpu_decode_and_the_rowwise_paths(shape, wind
         case = make_case([1] * len(cached), cached, shape, torch.float32)
         batch = DecodeBatch.build(case.meta, BLOCK_SIZE, frozenset({0, window}))
         got = decode_attention(case.q, case.k_cache, case.v_cache, batch, **{**kw, "scale": case.scale})
-        assert max_error(got, dense_with_sinks(case, window, sinks), f"cpu decode sinks {cached}") < TOL[torch.float32]
+        want = dense_attention(case, window, 0.0, sinks)
+        assert max_error(got, want, f"cpu decode sinks {cached}") < TOL[torch.float32]
 
 
 def test_triton_variants_refuse_sinks():

@@ -8,16 +8,12 @@ vocabulary is SmolLM2's first 2048 tokens; the window is 16 tokens, so the long 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize as gguf_dequantize
+from llama_reference import greedy, llama_cpp_reference
 from tiny_gguf import TinySpec, small_vocab, write_tiny_gguf
 
 from lexi.gguf.dequant import dequantize_tensor
@@ -32,7 +28,6 @@ from lexi.model.moe import MoEFFN, route_topk_softmax
 from lexi.model.rope import inverse_frequencies, yarn_frequencies
 from lexi.model.single import SingleSequence
 
-ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 2048
 WINDOW = 16
 GPT_OSS = dict(
@@ -57,27 +52,6 @@ PROMPTS = {
 }
 N_TOKENS = 8
 
-LLAMACPP = r"""
-import json, sys
-import llama_cpp
-import numpy as np
-path, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[5]
-prompts, forced = json.loads(sys.argv[3]), json.loads(sys.argv[4])
-llm = llama_cpp.Llama(path, n_ctx=128, n_threads=2, logits_all=True, verbose=False)
-result = {}
-for name, prompt in prompts.items():
-    llm.reset()
-    llm.eval(prompt)
-    tokens = []
-    for _ in range(n):
-        tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        llm.eval([tokens[-1]])
-    result[name] = tokens
-llm.reset()
-llm.eval(forced)
-np.save(out, np.array(llm.scores[: len(forced)], dtype=np.float32))
-print(json.dumps(result))
-"""
 # (greedy tokens that must agree, teacher-forced top-1 agreement)
 AGREE = {"f32": (N_TOKENS, 1.0), "mxfp4": (4, 0.9)}
 
@@ -90,16 +64,6 @@ def gpt_oss_files(tmp_path_factory, smollm2_gguf):
         name: write_tiny_gguf(root / f"tiny-gpt-oss-{name}.gguf", spec, vocab, seed=60 + i)
         for i, (name, spec) in enumerate(SPECS.items())
     }
-
-
-def greedy(model, ids: list[int], n: int) -> list[int]:
-    seq = SingleSequence(model, len(ids) + n + 1, block_size=8)
-    logits = seq.extend(ids)
-    out = []
-    for _ in range(n):
-        out.append(int(logits.argmax()))
-        logits = seq.extend([out[-1]])
-    return out
 
 
 def test_the_file_gives_the_gpt_oss_switches(gpt_oss_files):
@@ -169,15 +133,7 @@ def test_yarn_frequencies_follow_ggml():
 def test_greedy_tokens_and_logits_match_llamacpp(gpt_oss_files, name):
     path = gpt_oss_files[name]
     forced = torch.randint(260, VOCAB, (48,), generator=torch.Generator().manual_seed(5)).tolist()
-    scores = path.with_suffix(".scores.npy")
-    run = subprocess.run(
-        [sys.executable, "-c", LLAMACPP, str(path), str(N_TOKENS), json.dumps(PROMPTS), json.dumps(forced),
-         str(scores)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    want = json.loads(run.stdout.strip().splitlines()[-1])
-    ref = torch.from_numpy(np.load(scores))
+    want, ref = llama_cpp_reference(path, PROMPTS, forced, N_TOKENS)
     model = load_model(read_gguf(path), LoadConfig(dtype="float32", device="cpu"))
     got = {p: greedy(model, ids, N_TOKENS) for p, ids in PROMPTS.items()}
     ours = SingleSequence(model, 48, block_size=8).extend(forced, all_logits=True)

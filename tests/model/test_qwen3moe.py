@@ -8,15 +8,10 @@ output layer stays small.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
+from llama_reference import greedy, llama_cpp_reference
 from tiny_gguf import TinySpec, small_vocab, write_tiny_gguf
 
 from lexi.gguf.errors import GGUFError
@@ -27,7 +22,6 @@ from lexi.model.loader import LoadConfig, load_model
 from lexi.model.moe import MoEFFN, route_softmax_topk
 from lexi.model.single import SingleSequence
 
-ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 2048
 MOE = dict(
     dim=256, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=128, ffn_dim=1024, qk_norm=True, rope_base=1e6,
@@ -44,25 +38,6 @@ SPECS = {
 PROMPT = [300, 1200, 517, 42, 1999, 860, 77, 1500, 640, 333, 1024, 901]
 N_TOKENS = 8
 
-# llama.cpp in its own process (its OpenMP threads and ours would take the cores from each other): greedy tokens
-# after PROMPT, then the logits of every position of a teacher-forced sequence.
-LLAMACPP = r"""
-import json, sys
-import llama_cpp
-import numpy as np
-path, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[5]
-prompt, forced = json.loads(sys.argv[3]), json.loads(sys.argv[4])
-llm = llama_cpp.Llama(path, n_ctx=128, n_threads=2, logits_all=True, verbose=False)
-llm.eval(prompt)
-tokens = []
-for _ in range(n):
-    tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-    llm.eval([tokens[-1]])
-llm.reset()
-llm.eval(forced)
-np.save(out, np.array(llm.scores[: len(forced)], dtype=np.float32))
-print(json.dumps(tokens))
-"""
 # llama.cpp quantizes activations in its matmuls with quantized weights, so near-ties can flip there: the
 # quantized file must agree on its first greedy tokens and on the top-1 of most teacher-forced positions.
 AGREE = {"f32": (N_TOKENS, 1.0), "quant": (4, 0.9)}
@@ -76,16 +51,6 @@ def moe_files(tmp_path_factory, smollm2_gguf):
         name: write_tiny_gguf(root / f"tiny-qwen3moe-{name}.gguf", spec, vocab, seed=40 + i)
         for i, (name, spec) in enumerate(SPECS.items())
     }
-
-
-def greedy(model, ids: list[int], n: int) -> list[int]:
-    seq = SingleSequence(model, len(ids) + n + 1, block_size=8)
-    logits = seq.extend(ids)
-    out = []
-    for _ in range(n):
-        out.append(int(logits.argmax()))
-        logits = seq.extend([out[-1]])
-    return out
 
 
 def test_the_file_gives_the_expert_switches(moe_files):
@@ -117,15 +82,8 @@ def test_routing_is_softmax_over_all_then_topk_renormalised():
 def test_greedy_tokens_and_logits_match_llamacpp(moe_files, name):
     path = moe_files[name]
     forced = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(5)).tolist()
-    scores = path.with_suffix(".scores.npy")
-    run = subprocess.run(
-        [sys.executable, "-c", LLAMACPP, str(path), str(N_TOKENS), json.dumps(PROMPT), json.dumps(forced),
-         str(scores)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    want = json.loads(run.stdout.strip().splitlines()[-1])
-    ref = torch.from_numpy(np.load(scores))
+    want, ref = llama_cpp_reference(path, {"prompt": PROMPT}, forced, N_TOKENS)
+    want = want["prompt"]
     model = load_model(read_gguf(path), LoadConfig(dtype="float32", device="cpu"))
     got = greedy(model, PROMPT, N_TOKENS)
     ours = SingleSequence(model, 40, block_size=8).extend(forced, all_logits=True)
