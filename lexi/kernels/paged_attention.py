@@ -230,9 +230,7 @@ def paged_attention(
         raise ValueError(f"variant must be one of {PAGED_ATTENTION_VARIANTS}, got {variant!r}")
     if variant == "auto":
         variant = choose_variant(q.device, meta, kernels)
-    kwargs = {"scale": scale, "sliding_window": sliding_window, "softcap": softcap}
-    if sinks is not None and variant != "reference":
-        raise ValueError(f"sinks: the Triton {variant} kernel has no attention sinks yet; use kernels 'reference'")
+    kwargs = {"scale": scale, "sliding_window": sliding_window, "softcap": softcap, "sinks": sinks}
     if variant == "decode":
         # Imported here: importing the model must not import Triton (nor fix its interpreter choice).
         from lexi.kernels.paged_attention_decode import paged_attention_decode
@@ -242,4 +240,4 @@ def paged_attention(
         from lexi.kernels.paged_attention_prefill import paged_attention_prefill
 
         return paged_attention_prefill(q, k_cache, v_cache, meta, **kwargs)
-    return paged_attention_ref(q, k_cache, v_cache, meta, sinks=sinks, **kwargs)
+    return paged_attention_ref(q, k_cache, v_cache, meta, **kwargs)

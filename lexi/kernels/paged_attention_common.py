@@ -91,3 +91,23 @@ def check_out(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or out.stride(2) != 1:
         raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} on {q.device}, got {tuple(out.shape)} {out.dtype}")
     return out
+
+
+@triton.jit
+def _with_sink(acc, m_i, l_i, sink_ptrs, mask):
+    """acc and l rescaled to max(m, sink), the sink's 2^sink added to l (base 2 like m): the sink joins the
+    softmax's denominator and has no value."""
+    sink = tl.load(sink_ptrs, mask=mask, other=0.0).to(tl.float32) * LOG2E
+    m_fin = tl.maximum(m_i, sink)
+    alpha = tl.exp2(m_i - m_fin)
+    return acc * alpha[:, None], l_i * alpha + tl.exp2(sink - m_fin)
+
+
+def check_sinks(sinks: torch.Tensor | None, n_heads: int, q: torch.Tensor) -> torch.Tensor:
+    """Sinks as the kernels read them: (H,) float32 on q's device, contiguous; without sinks, q stands in
+    for the pointer (never read)."""
+    if sinks is None:
+        return q
+    if sinks.shape != (n_heads,) or sinks.device != q.device:
+        raise ValueError(f"sinks must be ({n_heads},) on {q.device}, got {tuple(sinks.shape)} on {sinks.device}")
+    return sinks.to(torch.float32).contiguous()

@@ -6,6 +6,8 @@ query head h and its KV head g = h // (H / KVH):
     keys j in [lo, L), lo = max(0, L - sliding_window) (0 when the window is 0)
     z_j  = scale * q[s, h] . K[s, j, g]          then z_j = softcap * tanh(z_j / softcap) if softcap > 0
     out[s, h] = sum_j softmax(z)_j V[s, j, g]
+    with sinks (gpt-oss), head h's logit sinks[h] joins the softmax's denominator and has no value:
+    out[s, h] = sum_j e^(z_j) V[s, j, g] / (sum_j e^(z_j) + e^(sinks[h]))
 
 Layout read: q (S, H, D) (row s is sequence s; a decode batch has T == S), k_cache / v_cache
 (num_blocks, block_size, KVH, D) through block_tables (S, max_blocks) int32, seq_lens (S,) int32.
@@ -33,8 +35,10 @@ from lexi.kernels.paged_attention_common import (
     LOG2E,
     _cap_scores,
     _load_kv_tile,
+    _with_sink,
     check_inputs,
     check_out,
+    check_sinks,
     dot_precision,
     gpu_backend,
 )
@@ -45,12 +49,12 @@ SPLIT_MIN_TOKENS = 1024
 
 @triton.jit
 def _paged_attention_decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_o_ptr, part_m_ptr, part_l_ptr,
-    scale, softcap, sliding_window, num_heads,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, sinks_ptr, out_ptr, part_o_ptr, part_m_ptr,
+    part_l_ptr, scale, softcap, sliding_window, num_heads,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    HAS_SINKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -100,6 +104,8 @@ def _paged_attention_decode_kernel(
 
     store_mask = h_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
+        if HAS_SINKS:  # the sink joins the denominator (split runs: the merge adds it once)
+            acc, l_i = _with_sink(acc, m_i, l_i, sinks_ptr + heads, h_mask)
         out = acc / l_i[:, None]
         out_ptrs = out_ptr + seq.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=store_mask)
@@ -113,9 +119,10 @@ def _paged_attention_decode_kernel(
 
 @triton.jit
 def _paged_attention_reduce_kernel(
-    part_o_ptr, part_m_ptr, part_l_ptr, out_ptr,
+    part_o_ptr, part_m_ptr, part_l_ptr, sinks_ptr, out_ptr,
     num_heads, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -129,8 +136,15 @@ def _paged_attention_reduce_kernel(
     acc = tl.load(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=sp_mask[:, None] & d_mask[None, :],
                   other=0.0)  # fmt: skip
     # Split 0 always holds the first key, so the max is finite and empty splits weigh 2^-inf = 0.
-    w = tl.exp2(m - tl.max(m, 0))
-    out = tl.sum(acc * w[:, None], 0) / tl.sum(l_s * w, 0)
+    top = tl.max(m, 0)
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + head).to(tl.float32) * LOG2E
+        top = tl.maximum(top, sink)
+    w = tl.exp2(m - top)
+    total = tl.sum(l_s * w, 0)
+    if HAS_SINKS:
+        total += tl.exp2(sink - top)
+    out = tl.sum(acc * w[:, None], 0) / total
     out_ptrs = out_ptr + seq.to(tl.int64) * stride_ot + head * stride_oh + offs_d
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=d_mask)
 
@@ -162,10 +176,12 @@ def paged_attention_decode(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
     num_splits: int | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Decode attention, q (S, H, D) -> (S, H, D) in q's dtype; caches already hold this step's K/V.
+    """Decode attention, q (S, H, D) -> (S, H, D) in q's dtype; caches already hold this step's K/V;
+    `sinks` (H,): gpt-oss's per-head sink logits.
 
     num_splits None picks split-K from the batch shape (CUDA); tests force a value. `out`, if given, is
     written in place (every element) and returned.
@@ -184,6 +200,7 @@ def paged_attention_decode(
         num_splits = choose_num_splits(n_seqs * n_kv, keys, n_sms)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    sinks_arg = check_sinks(sinks, n_heads, q)
     block_d = triton.next_power_of_2(head_dim)
     block_n, num_warps = decode_tiles(head_dim, q.dtype)
     if num_splits > 1:
@@ -193,17 +210,18 @@ def paged_attention_decode(
     else:
         part_o = part_m = part_l = out  # unused: the kernel writes the output itself
     _paged_attention_decode_kernel[(n_seqs, n_kv, num_splits)](
-        q, k_cache, v_cache, meta.block_tables, meta.seq_lens, out, part_o, part_m, part_l,
+        q, k_cache, v_cache, meta.block_tables, meta.seq_lens, sinks_arg, out, part_o, part_m, part_l,
         float(scale), float(softcap), int(sliding_window), n_heads,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         meta.block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_H=max(16, triton.next_power_of_2(group)),
         BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=num_splits, HAS_SOFTCAP=softcap > 0.0,
-        DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps, num_stages=2,
+        HAS_SINKS=sinks is not None, DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     if num_splits > 1:
         _paged_attention_reduce_kernel[(n_seqs, n_heads)](
-            part_o, part_m, part_l, out, n_heads, out.stride(0), out.stride(1),
+            part_o, part_m, part_l, sinks_arg, out, n_heads, out.stride(0), out.stride(1),
             HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK_D=block_d,
+            HAS_SINKS=sinks is not None,
         )  # fmt: skip
     return out

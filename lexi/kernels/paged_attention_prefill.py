@@ -35,8 +35,10 @@ from lexi.kernels.paged_attention_common import (
     LOG2E,
     _cap_scores,
     _load_kv_tile,
+    _with_sink,
     check_inputs,
     check_out,
+    check_sinks,
     dot_precision,
     gpu_backend,
 )
@@ -44,11 +46,12 @@ from lexi.kernels.paged_attention_common import (
 
 @triton.jit
 def _paged_attention_prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_ptr, seq_lens_ptr, out_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_ptr, seq_lens_ptr, sinks_ptr, out_ptr,
     scale, softcap, sliding_window,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     BLOCK_Q = BLOCK_M // GROUP  # constexpr: tokens per tile
     tile = tl.program_id(0)
@@ -104,6 +107,8 @@ def _paged_attention_prefill_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
 
+    if HAS_SINKS:  # the sink joins the denominator (see paged_attention_decode)
+        acc, l_i = _with_sink(acc, m_i, l_i, sinks_ptr + heads, row_mask)
     # Valid rows always see their own key, so l > 0 there; padding rows are not stored.
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + rows[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
@@ -134,9 +139,11 @@ def paged_attention_prefill(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Varlen causal attention, q (T, H, D) -> (T, H, D) in q's dtype; caches already hold this step's K/V.
+    """Varlen causal attention, q (T, H, D) -> (T, H, D) in q's dtype; caches already hold this step's K/V;
+    `sinks` (H,): gpt-oss's per-head sink logits.
 
     `out`, if given, is written in place (every row of every sequence) and returned.
     """
@@ -149,16 +156,17 @@ def paged_attention_prefill(
     max_new = max((b - a for a, b in pairwise(starts)), default=0)
     if max_new == 0:
         return out
+    sinks_arg = check_sinks(sinks, n_heads, q)
     block_m, block_n, num_warps = prefill_tiles(head_dim, q.dtype)
     block_m = max(block_m, triton.next_power_of_2(group))  # at least one token per tile
     grid = (triton.cdiv(max_new, block_m // group), meta.num_seqs, k_cache.shape[2])
     _paged_attention_prefill_kernel[grid](
-        q, k_cache, v_cache, meta.block_tables, meta.query_start, meta.seq_lens, out,
+        q, k_cache, v_cache, meta.block_tables, meta.query_start, meta.seq_lens, sinks_arg, out,
         float(scale), float(softcap), int(sliding_window),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         meta.block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_D=triton.next_power_of_2(head_dim), HAS_SOFTCAP=softcap > 0.0, DOT_PRECISION=dot_precision(q.dtype),
-        num_warps=num_warps, num_stages=2,
+        BLOCK_D=triton.next_power_of_2(head_dim), HAS_SOFTCAP=softcap > 0.0, HAS_SINKS=sinks is not None,
+        DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     return out

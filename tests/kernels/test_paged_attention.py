@@ -275,9 +275,25 @@ def test_sinks_in_the_reference_the_cpu_decode_and_the_rowwise_paths(shape, wind
         assert max_error(got, want, f"cpu decode sinks {cached}") < TOL[torch.float32]
 
 
-def test_triton_variants_refuse_sinks():
-    case = make_case([1, 1], [3, 5], (2, 1, 64), torch.float32)
-    for variant in ("decode", "prefill"):
-        with pytest.raises(ValueError, match="sinks"):
-            paged_attention(case.q, case.k_cache, case.v_cache, case.meta, scale=case.scale,
-                            sinks=torch.zeros(2), variant=variant)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("window", [0, WINDOW], ids=["full", "window"])
+@pytest.mark.parametrize("shape", SINK_SHAPES, ids=lambda s: "g{}kv{}d{}".format(*s))
+def test_triton_kernels_with_sinks(shape, window, dtype):
+    """The decode kernel (one program and split-K, where the merge adds the sink once) and the prefill kernel with
+    gpt-oss's sinks, through the dispatcher, against the fp64 softmax with the sink column written out."""
+    heads = shape[0] * shape[1]
+    sinks = 3.0 * torch.randn(heads, generator=torch.Generator().manual_seed(2 * heads + window))
+    runs = [(paged_attention_decode, [1] * len(DECODE_CACHED), DECODE_CACHED, {"num_splits": n}) for n in (1, 3)]
+    runs.append((paged_attention_prefill, PREFILL_NEW, PREFILL_CACHED, {}))
+    for kernel, new, cached, kwargs in runs:
+        case = make_case(new, cached, shape, dtype)
+        got = run_kernel(kernel, case, window, 0.0, sinks=sinks, **kwargs)
+        want = dense_attention(case, window, 0.0, sinks)
+        assert (want - dense_attention(case, window, 0.0)).abs().max() > 1e-2  # the sinks change the answer
+        assert max_error(got, want, f"{kernel.__name__} sinks {kwargs}") < TOL[dtype]
+    variant = "prefill"  # the dispatcher hands the sinks on (the forced variant of --kernels triton)
+    got = paged_attention(case.q, case.k_cache, case.v_cache, case.meta, scale=case.scale, sliding_window=window,
+                          sinks=sinks, variant=variant)  # fmt: skip
+    assert max_error(got, want, "dispatched prefill sinks") < TOL[dtype]
+    with pytest.raises(ValueError, match="sinks must be"):
+        run_kernel(paged_attention_prefill, case, window, 0.0, sinks=sinks[:-1])

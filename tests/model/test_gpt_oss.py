@@ -23,7 +23,7 @@ from lexi.kernels.fused_moe_cpu import CpuExperts
 from lexi.kernels.fused_moe_ref import dequantize_expert
 from lexi.kernels.moe_types import SWIGLU_OAI
 from lexi.model.args import model_args_from_gguf
-from lexi.model.loader import LoadConfig, LoadConfigError, load_model
+from lexi.model.loader import LoadConfig, load_model
 from lexi.model.moe import MoEFFN, route_topk_softmax
 from lexi.model.rope import inverse_frequencies, yarn_frequencies
 from lexi.model.single import SingleSequence
@@ -83,8 +83,6 @@ def test_the_file_gives_the_gpt_oss_switches(gpt_oss_files):
         assert m.experts.activation == SWIGLU_OAI and {m.experts.gate.qtype, m.experts.down.qtype} == {Q.MXFP4}
         assert m.experts.gate_bias.shape == (4, 256) and m.experts.down_bias.shape == (4, 256)
         assert block.attn.sinks.shape == (4,) and block.attn.wo.bias is not None
-    with pytest.raises(LoadConfigError, match="kernels"):
-        load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="triton"))
     del f.metadata["gpt-oss.attention.sliding_window"]
     with pytest.raises(GGUFError, match="gpt-oss.attention.sliding_window"):
         model_args_from_gguf(f)
@@ -170,3 +168,20 @@ def test_default_cpu_path_decodes_through_the_lean_loop_like_float32(gpt_oss_fil
         same = float((x.argmax(-1) == want.argmax(-1)).float().mean())
         print(f"{name}: top-1 agreement {same:.1%}, max |diff| {float((x - want).abs().max()):.3f}")
         assert same >= 0.9
+
+
+def test_triton_kernels_match_the_reference(gpt_oss_files):
+    """--kernels triton under Triton's interpreter: paged attention with sinks over both kinds of layer (the window
+    passed within the prompt) and the fused MoE over MXFP4 experts with their biases and the clamped SwiGLU."""
+    f = read_gguf(gpt_oss_files["mxfp4"])
+    ref = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="reference"))
+    tri = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="triton"))
+    assert all(b.mlp.kernels == "triton" and b.attn.kernels == "triton" for b in tri.blocks)
+    ids = PROMPTS["long"][: WINDOW + 8]
+    expected = SingleSequence(ref, len(ids) + 4, block_size=8).extend(ids, all_logits=True)
+    seq = SingleSequence(tri, len(ids) + 4, block_size=8)
+    got = seq.extend(ids[:-4], all_logits=True)  # the prefill kernel, then decode steps past the window
+    got = torch.cat([got, torch.stack([seq.extend([t]) for t in ids[-4:]])])
+    span = float(expected.max() - expected.min())
+    assert float((got - expected).abs().max()) <= 1e-4 * span
+    assert greedy(tri, ids, 3) == greedy(ref, ids, 3)
