@@ -15,7 +15,7 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
   as translated (counted repeats past the state budget widened) and written out exactly; a written-out
   regex over 2e8 states x tokens (about 10 s a compile) is counted, not compiled.
 
-    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--only bounds] [--no-append]
+    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--only bounds|masks] [--no-append]
 
 Prints a table and appends it to bench/RESULTS.md with the date, commit and machine.
 """
@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from outlines_core import Index  # noqa: E402
 from run_info import commit  # noqa: E402
 
-from lexi.chat.constraint_compiler import ConstraintCompiler  # noqa: E402
+from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
 from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
 from lexi.chat.regex_cost import dfa_states  # noqa: E402
@@ -124,6 +124,17 @@ LONG = {
 }
 
 
+# strings too long to write out in the DFA: counted beside it (lexi/chat/counted_strings.py)
+NOTE = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "minLength": 20, "maxLength": 40},
+        "body": {"type": "string", "maxLength": 256},
+    },
+    "required": ["title", "body"],
+}
+
+
 def one_value(schema: dict) -> dict:
     return {"type": "object", "properties": {"v": schema}, "required": ["v"]}
 
@@ -168,8 +179,11 @@ def plans() -> dict[str, object]:
         return plan_output(None, "json", ResponseFormat("json_schema", schema, "x"), None)
 
     tools = ToolSet((Tool("get_weather", None, WEATHER, False),), ToolChoice("required"), parallel=False)
+    notes = ToolSet((Tool("note", None, NOTE, False),), ToolChoice("required"), parallel=False)
     return {
         "tool call (weather, required)": plan_output(tools, "json", None, None),
+        "tool call (note: counted 20..40 and 0..256 strings)": plan_output(notes, "json", None, None),
+        "function-form call (note: counted strings)": plan_output(notes, "function", None, None),
         "json_schema person": fmt(PERSON),
         "json_object": plan_output(None, "json", ResponseFormat("json_object"), None),
         "json_schema large order form": fmt(LARGE),
@@ -280,11 +294,11 @@ def vocabulary(name: str):
     return f, tok, ConstraintVocabulary(tok)
 
 
-def measure(name: str) -> tuple[list[str], list[str], str]:
+def measure(name: str, masks_only: bool = False) -> tuple[list[str], list[str], str | None]:
     f, tok, vocab = vocabulary(name)
     rows = []
     for label, plan in plans().items():
-        cold = ConstraintCompiler(vocab)
+        cold = ConstraintCompiler(vocab, CompilerConfig(timeout=120))  # cold compiles are the measure here
         start = time.perf_counter()
         asyncio.run(cold.constraint(plan))
         cold_s = time.perf_counter() - start
@@ -304,6 +318,8 @@ def measure(name: str) -> tuple[list[str], list[str], str]:
         rows.append(f"| {name} | {label}, max_tokens 48 | {timing} |")
         cold.shutdown()
         print(rows[-1], flush=True)
+    if masks_only:
+        return rows, [], None
     model = load_model(f)
     engine = Engine(model, tok, EngineConfig(parallel=8, ctx_size=512, batch_size=256))
     engine.start()
@@ -331,7 +347,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gemma3-270m"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
-    parser.add_argument("--only", choices=["bounds"], help="only the bounds table (no model load, no decoding)")
+    parser.add_argument(
+        "--only", choices=["bounds", "masks"], help="only the bounds table, or only the compile and mask costs"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
@@ -347,11 +365,12 @@ def main() -> None:
     ]
     for name in args.models:
         if args.only != "bounds":
-            rows, dec, p = measure(name)
+            rows, dec, p = measure(name, masks_only=args.only == "masks")
             masks += rows
             decode += dec
-            pace.append(p)
-        bounds += bound_rows(name, vocabulary(name)[2])
+            pace += [p] if p else []
+        if args.only != "masks":
+            bounds += bound_rows(name, vocabulary(name)[2])
     import platform
 
     header = (
@@ -360,7 +379,7 @@ def main() -> None:
         f"{platform.python_version()}, torch {torch.__version__}; {args.threads} threads; load {load_before:.1f} "
         f"before, {os.getloadavg()[0]:.1f} after.\n"
     )
-    tables = [bounds] if args.only == "bounds" else [masks, decode, pace, bounds]
+    tables = {"bounds": [bounds], "masks": [masks]}.get(args.only, [masks, decode, pace, bounds])
     text = "\n\n".join([header, *("\n".join(t) for t in tables)]) + "\n"
     print("\n" + text)
     if not args.no_append:

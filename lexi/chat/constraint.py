@@ -106,8 +106,13 @@ class TurnConstraint:
         limit = self._guided_limit()
         state = self._guide.get_state()
         if self._counted_narrows():
-            run = self._run
-            counts = None if run is None else (run.low, run.high, run.arrivals - run.start, run.last, run.count)
+            run, progress = self._run, limit is not None and self._pending_min > 0
+            if run is None:
+                counts = None
+            elif not progress and self._compiled.counted.within_everywhere(self._counted_scan(), run):
+                counts = ("within", run.text, run.start)  # the set the scan allows, whatever the count
+            else:
+                counts = (run.low, run.high, run.arrivals - run.start, run.last, run.count)
             return ("counted", self._compiled.serial, state, counts, limit, self._pending_min > 0, may_end)
         if limit is not None:
             return ("closing", self._compiled.serial, state, self._compiled.closing.count_within(state, limit), may_end)

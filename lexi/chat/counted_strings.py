@@ -71,6 +71,7 @@ class StateScan:
     seen: np.ndarray  # it reaches a character boundary of the open string (else its count holds run.last)
     at_boundary: np.ndarray  # it ends on a whole character of the open string, which it has not closed
     narrows: bool  # some token is not ok: outside a string, the guide's own mask is not enough here
+    extents: tuple  # (min, max) of `gain` over the ok tokens that stay / close, seen / not (None: no such token)
 
 
 class CountedStrings:
@@ -262,7 +263,26 @@ class CountedStrings:
             at_boundary = first_open & (dist[cur] <= text_start)
         else:
             at_boundary = first_open & end_boundary
-        return StateScan(ids, ok, exits, gain, seen, at_boundary, not bool(ok.all()))
+        extents = tuple(
+            (int(gain[group].min()), int(gain[group].max())) if group.any() else None
+            for group in (ok & ~exits & seen, ok & ~exits & ~seen, ok & exits & seen, ok & exits & ~seen)
+        )
+        return StateScan(ids, ok, exits, gain, seen, at_boundary, not bool(ok.all()), extents)
+
+    @staticmethod
+    def within_everywhere(scan: StateScan, run: Run) -> bool:
+        """Whether every ok token of `scan` keeps `run` within its bounds: the step's set is then the same at
+        any count this holds for, so a mask can be shared across steps (a long string's masks are not
+        recomputed each character)."""
+        base = run.arrivals - run.start
+        groups = zip(scan.extents, (False, False, True, True), (True, False, True, False), strict=True)
+        for extent, closes, seen in groups:
+            if extent is None:
+                continue
+            low, high = (base + e + (0 if seen else run.last) for e in extent)
+            if high > run.high or (closes and low < run.low):
+                return False
+        return True
 
     def allowed(self, scan: StateScan, run: Run | None, progress_only: bool = False) -> np.ndarray:
         """The tokens of `scan` that keep every counted string within its bounds, given the open `run`;

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
 import pytest
+from test_constraint import allowed_ids
 from test_constraint_budget import budget_walk
 
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
@@ -100,3 +102,33 @@ def test_a_json_answer_keeps_bounds_of_strings_in_an_array(compiler, smollm2_tok
         assert ended == "finished", smollm2_tokenizer.decode(ids)
         value = json.loads(smollm2_tokenizer.decode(ids))
         assert all(3 <= len(tag) <= 33 for tag in value["tags"]), value
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+@pytest.mark.parametrize(("low", "high", "budget"), [(0, 256, None), (30, 200, 70)])
+def test_a_mask_key_names_one_set_so_long_strings_share_masks(
+    compiler, smollm2_tokenizer, vocab, form, low, high, budget
+):
+    """The engine keeps one mask per key: a key seen again must name the same tokens. Inside a long string,
+    far from its bounds, the key leaves the count out, so its masks are shared across characters."""
+    tools = ToolSet((note_tool(low, high),), ToolChoice("required"), parallel=False)
+    plan = plan_output(tools, form, None, None)
+    size, rnd = smollm2_tokenizer.vocab_size, np.random.default_rng(0)
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    masks, shared = {}, 0
+    for _ in range(4):
+        constraint = asyncio.run(compiler.constraint(plan, budget))
+        for _ in range(budget or 300):
+            if constraint.is_finished():
+                break
+            key = constraint.mask_key()
+            allowed = allowed_ids(constraint, row, size)
+            if key in masks:
+                assert np.array_equal(masks[key], allowed), key
+                shared += key[0] == "counted" and key[3] is not None and key[3][0] == "within"
+            masks[key] = allowed
+            token = int(rnd.choice(allowed))
+            constraint.advance(token)
+            if token in vocab.eog_ids:
+                break
+    assert shared > 10
