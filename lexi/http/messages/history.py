@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lexi.http.chat.request import tool_call_entry
 from lexi.http.errors import bad_request
-from lexi.http.protocol import UNSUPPORTED_VALUE, Fields, refuse_unknown
-from lexi.http.protocol_chat import tool_call_entry
-from lexi.http.tool_pairing import Step, check_tool_pairing
+from lexi.http.parsing.fields import UNSUPPORTED_VALUE, Fields, refuse_unknown
+from lexi.http.parsing.tool_pairing import Step, check_tool_pairing
 
 ROLES = ("user", "assistant")
 BLOCK_FIELDS = {  # what each block may carry, and which role may send it

@@ -12,15 +12,15 @@ from collections.abc import AsyncIterator
 
 from lexi.chat.output import ChatOutput
 from lexi.chat.prompt import ChatTurn
-from lexi.http.auth import bearer_token
-from lexi.http.engine_stream import EngineStream, output_events
+from lexi.http.chat.route import chat_turn
 from lexi.http.errors import ApiError
 from lexi.http.exchange import Reply
-from lexi.http.generation import choice_requests, sampling_params
+from lexi.http.generation.sampling import choice_requests, sampling_params
+from lexi.http.generation.stream import EngineStream, output_events
 from lexi.http.messages.reply import MessageBuilder, error_body
 from lexi.http.messages.request import MessagesRequest, check_thinking, parse_messages_request
-from lexi.http.routes.base import GenerationRoute, Route
-from lexi.http.routes.chat import chat_turn
+from lexi.http.ops.auth import bearer_token
+from lexi.http.route import GenerationRoute, Route
 from lexi.http.sse import named_frame
 from lexi.http.state import ServerState
 
