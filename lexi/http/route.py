@@ -1,5 +1,6 @@
 """What every route shares, whatever the transport: the body with its size limit, auth, the 503 while
-loading, errors in OpenAI's shape, metrics, the request id, CORS headers and preflights, and the drain.
+loading, errors in OpenAI's shape, metrics, the request id, CORS headers and preflights. Routes that
+generate add the drain and the abort on disconnect (lexi.http.generation.route).
 
 A route is one object per request. `run()` answers it with a `Reply` and never raises; a transport adapter
 writes that reply, calls `client_closed()` if the client goes away first, and `done(status)` at the end.
@@ -15,17 +16,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from lexi.chat.constraint import TurnConstraint
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
-from lexi.chat.prompt import ChatTurn
-from lexi.http.errors import ApiError, bad_request, status_error
+from lexi.http.errors import ApiError, internal_error, status_error
 from lexi.http.exchange import Reply, Request
-from lexi.http.generation.stream import EngineStream
 from lexi.http.ops.auth import bearer_token, key_matches
-from lexi.http.ops.drain import StoppableStream, shutting_down
 from lexi.http.ops.logs import REQUEST_ID_HEADER, pick_request_id
-from lexi.http.parsing.fields import MAX_CHOICES, parse_json_body
-from lexi.http.sse import HEADERS as SSE_HEADERS
+from lexi.http.parsing.fields import parse_json_body
 from lexi.http.sse import frame
 from lexi.http.state import ServerState
 
@@ -167,7 +162,7 @@ class Route:
             fields = {"request_id": self.request_id, "route": self.route, "method": self.request.method}
             message = f"uncaught exception in {self.request.method} {self.request.path} (id={self.request_id})"
             log.error(message, exc_info=exc, extra={"fields": fields})
-            error = ApiError(500, "internal server error", type="server_error")
+            error = internal_error()
         reply = self.json(self.error_body(error), error.status)
         if error.status == 401:
             reply.headers["WWW-Authenticate"] = "Bearer"
@@ -205,115 +200,3 @@ class NotFoundRoute(Route):
     def prepare(self) -> None:
         super().prepare()
         raise ApiError(404, f"no route {self.request.method} {self.request.path}", code="not_found")
-
-
-class GenerationRoute(Route):
-    """A route that runs the engine: a client that goes away aborts its request and frees the slot."""
-
-    stream: EngineStream | None = None
-    client_gone = False
-    sent_any = False  # a streamed frame went out: the status line can no longer change
-    stop_error: ApiError | None = None  # set when a shutdown stopped this request
-    _draining = False  # in the drain's set
-
-    def prepare(self) -> None:
-        super().prepare()
-        if self.request.method == "OPTIONS":
-            return
-        if self.state.drain.draining:
-            raise shutting_down()
-        self.state.drain.add(self)
-        self._draining = True
-
-    def done(self, status: int | None = None) -> None:
-        if self._draining:
-            self.state.drain.discard(self)
-        super().done(status)
-
-    @property
-    def access_tokens(self) -> tuple[int, int] | None:
-        """What the choices used, summed; a stopped or failed generation logs what it had used too."""
-        seen = [last for last in self.stream.last if last is not None] if self.stream is not None else []
-        if not seen:
-            return None
-        return (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
-
-    def stop_for_shutdown(self, error: ApiError) -> None:
-        """Past --shutdown-timeout: end this request with `error` (a 503, or an error frame mid-stream)."""
-        self.stop_error = error
-        if isinstance(self.stream, StoppableStream):
-            self.stream.stop(error)
-
-    async def start_generation(self, requests: list) -> EngineStream:
-        """Submit a request's generations (its choices) together; refusals come back as ApiErrors."""
-        if self.stop_error is not None:  # stopped while the body was parsed or a constraint compiled
-            raise self.stop_error
-        self.stream = StoppableStream(self.state.runtime.engine, requests, self._first_token)
-        if self.client_gone:  # closed while the body was parsed or the prompt rendered
-            self.stream.aborted = True
-        await self.stream.start()
-        return self.stream
-
-    async def compile_constraint(self, turn: ChatTurn, max_tokens: int) -> TurnConstraint | None:
-        """The turn's output constraint, closing within `max_tokens`, compiled off the event loop (a 400 saying why
-        when it cannot be)."""
-        c = turn.conversation
-        if c.guided is not None:
-            param = c.guided.param
-        elif c.response_format is not None and c.response_format.is_json:
-            param = c.response_format.param
-        else:
-            param = "tools"
-        return await self.compile_plan(turn.plan, param, max_tokens)
-
-    async def compile_plan(self, plan: ConstraintPlan | None, param: str, max_tokens: int) -> TurnConstraint | None:
-        """A plan's constraint, closing within `max_tokens`; one that cannot be compiled is a 400 naming `param`
-        (unless the error names one)."""
-        if plan is None:
-            return None
-        try:
-            return await self.state.runtime.constraints.constraint(plan, max_tokens)
-        except ConstraintError as exc:
-            raise bad_request(str(exc), param=exc.param or param, code="invalid_constraint") from None
-
-    def _first_token(self) -> None:
-        self.state.metrics.ttft.observe(time.monotonic() - self.received)
-
-    def client_closed(self) -> None:
-        self.client_gone = True
-        if self.stream is not None:
-            self.stream.abort()
-
-    def check_choices(self, count: int, param: str = "n") -> None:
-        """A request's generations (prompts x n) take every slot they can and queue for the rest, up to
-        MAX_CHOICES (OpenAI's limit on n) or the server's slots, whichever is more: past that, a 400."""
-        limit = max(MAX_CHOICES, self.state.engine_config.parallel)
-        if count > limit:
-            raise bad_request(f"{param} asks for {count} generations in one request, more than {limit}", param=param)
-
-    def count_tokens(self) -> None:
-        """Add the finished generation's usage to /metrics (the access log reads it from the stream)."""
-        for last in self.stream.last:
-            if last is not None:
-                self.state.metrics.prompt_tokens.inc(last.prompt_tokens)
-                self.state.metrics.completion_tokens.inc(last.completion_tokens)
-
-    def sse(self, frames: AsyncIterator[bytes]) -> Reply:
-        """A streamed answer; a failure after the first frame ends the stream with an error frame."""
-        return Reply(200, dict(SSE_HEADERS), frames=self._guarded(frames))
-
-    async def _guarded(self, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        async with contextlib.aclosing(frames):
-            try:
-                async for item in frames:
-                    self.sent_any = True
-                    yield item
-            except ApiError as exc:
-                if not self.sent_any:
-                    raise
-                yield self.error_frame(exc)
-            except Exception as exc:
-                if not self.sent_any:
-                    raise
-                log.exception("generation failed mid-stream")
-                yield self.error_frame(ApiError(500, f"generation failed: {exc}", type="server_error"))

@@ -1,36 +1,18 @@
-"""POST /v1/chat/completions: parse -> start the chat turn -> generate n choices -> one body or SSE chunks."""
+"""POST /v1/chat/completions: parse -> the chat turn -> generate n choices -> one body or SSE chunks."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from lexi.chat.constraint_plan import ConstraintError
-from lexi.chat.prompt import ChatTurn, Conversation, start_turn
-from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
+from lexi.chat.prompt import ChatTurn
 from lexi.http.chat.reply import ChatChunks, chat_body, chat_choice, chat_finish_reason, tool_call_entry
 from lexi.http.chat.request import ChatRequest, parse_chat_request
-from lexi.http.errors import ApiError, bad_request
 from lexi.http.exchange import Reply
 from lexi.http.generation.logprobs import ContentLogprobs, chat_entries
-from lexi.http.generation.sampling import choice_requests, sampling_params
+from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.stream import output_events
-from lexi.http.route import GenerationRoute
+from lexi.http.generation.turn import chat_turn
 from lexi.http.sse import DONE, frame
-
-
-def chat_turn(state, conversation: Conversation) -> ChatTurn:
-    """The prompt and output pipeline for a conversation; template faults in HTTP terms."""
-    try:
-        split = state.config.reasoning_format == "auto"
-        return start_turn(state.template, state.runtime.tokenizer, conversation, split)
-    except ConstraintError as exc:
-        raise bad_request(str(exc), param=exc.param, code="invalid_constraint") from None
-    except ThinkingUnsupported as exc:
-        raise ApiError(501, str(exc), param="reasoning_effort", code="thinking_not_supported") from None
-    except TemplateRenderError as exc:
-        raise bad_request(str(exc), param="messages", code="template_error") from None
-    except ValueError as exc:
-        raise bad_request(str(exc), param="chat_template_kwargs") from None
 
 
 class ChatCompletionsRoute(GenerationRoute):
@@ -42,10 +24,7 @@ class ChatCompletionsRoute(GenerationRoute):
         model = state.names.resolve(req.model)
         self.check_choices(req.sampling.n)
         turn = chat_turn(state, req.conversation)
-        params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-        constraints = [await self.compile_constraint(turn, params.max_tokens) for _ in range(req.sampling.n)]
-        requests = choice_requests(turn.prompt.ids, params, req.sampling.n, constraints if turn.plan else None)
-        stream = await self.start_generation(requests)
+        _, stream = await self.generate(turn, req.sampling, req.sampling.n)
         if req.stream:
             return self.sse(self._stream(req, model, stream, turn))
         return await self._whole(req, model, stream, turn)
@@ -63,7 +42,7 @@ class ChatCompletionsRoute(GenerationRoute):
                     text[i][event.kind].append(event.text)
                 text[i]["logprobs"] += tokens
         self.count_tokens()
-        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
+        if stream.cut_short:
             return None
         want_logprobs = req.sampling.logprobs is not None
         choices = [
@@ -105,7 +84,7 @@ class ChatCompletionsRoute(GenerationRoute):
                 finish = chat_finish_reason(delta, outputs[i].calls)
                 yield frame(chunks.chunk(i, {}, finish))
         self.count_tokens()
-        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
+        if stream.cut_short:
             return
         reasoning_tokens = sum(o.reasoning_tokens for o in outputs)
         if req.include_usage:

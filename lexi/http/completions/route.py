@@ -17,8 +17,8 @@ from lexi.http.completions.request import CompletionRequest, parse_completion_re
 from lexi.http.errors import bad_request
 from lexi.http.exchange import Reply
 from lexi.http.generation.logprobs import completion_logprobs
+from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.sampling import choice_requests, finish_reason, merge_usage, sampling_params
-from lexi.http.route import GenerationRoute
 from lexi.http.sse import DONE, frame
 
 
@@ -80,7 +80,7 @@ class CompletionsRoute(GenerationRoute):
         async for i, delta in stream.events():
             deltas[i].append(delta)
         self.count_tokens()
-        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
+        if stream.cut_short:
             return None
         tokenizer = self.state.runtime.tokenizer
         choices = []
@@ -119,7 +119,7 @@ class CompletionsRoute(GenerationRoute):
             if delta.text or finish:
                 yield frame(chunks.chunk(i, delta.text, finish, lp))
         self.count_tokens()
-        if stream.aborted or any(d is None or d.finish_reason == "abort" for d in stream.last):
+        if stream.cut_short:
             return
         groups = [stream.last[p * req.sampling.n : (p + 1) * req.sampling.n] for p in range(len(prompts))]
         if req.include_usage:

@@ -3,9 +3,11 @@
 The engine admits the choices together (they share the prompt, computed once); the first event of
 every choice that took a slot at once (all of them, up to --parallel) is awaited before anything is
 written, so a refusal (429, 400) keeps its status. Choices past --parallel wait for slots behind them
-and stream as they come; a failure of one of those is an error after the status line. The
-engine refuses in its own terms (ContextOverflow, EngineBusy, ValueError); this is the one place
-that turns those into the statuses the spec gives them.
+and stream as they come; a failure of one of those is an error after the status line.
+
+The stream is also where a request's end is held, once: `abort()` when the client goes away, `stop(error)`
+when a shutdown ends it. Both may come before `start()` (while the body is parsed or a constraint compiles):
+then `start()` refuses instead of submitting.
 """
 
 from __future__ import annotations
@@ -15,50 +17,69 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from lexi.chat.output import ChatOutput, OutputError, OutputEvent
-from lexi.engine.errors import ContextOverflow, EngineBusy
 from lexi.engine.request import CompletionDelta, GenerationRequest
-from lexi.http.errors import ApiError, bad_request
+from lexi.http.errors import ENGINE_REFUSALS, ApiError, engine_refusal, unfit_answer
 
 
 class EngineStream:
-    """`abort()` (from on_connection_close) asks the engine to stop every choice at its next step."""
+    """`abort()` (the client went away) asks the engine to stop every choice at its next step; `stop(error)` (a
+    shutdown) does the same, and the abort event that follows is raised as `error` rather than yielded, so every
+    route's own failure path answers the client (a 503, or an error frame mid-stream)."""
 
-    def __init__(
-        self, engine, requests: list[GenerationRequest], on_first_token: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, engine, on_first_token: Callable[[], None] | None = None) -> None:
         self.engine = engine
-        self.requests = requests
+        self.requests: list[GenerationRequest] = []
         self._on_first = on_first_token
         self._streams: list[AsyncIterator[CompletionDelta]] = []
         self._firsts: list[CompletionDelta | None] = []  # None: a choice queued behind the first slots
         self.aborted = False
-        self.last: list[CompletionDelta | None] = [None] * len(requests)
+        self.stop_error: ApiError | None = None
+        self.last: list[CompletionDelta | None] = []
 
     @property
     def n(self) -> int:
         return len(self.requests)
 
-    async def start(self) -> None:
+    @property
+    def cut_short(self) -> bool:
+        """Aborted, or some choice ended without finishing: nothing more is owed to the client."""
+        return self.aborted or any(d is None or d.finish_reason == "abort" for d in self.last)
+
+    async def start(self, requests: list[GenerationRequest]) -> None:
+        """Submit the choices together; refusals come back as ApiErrors."""
+        if self.stop_error is not None:
+            raise self.stop_error
         if self.aborted:
             raise ApiError(400, "the client closed the connection before generation started")
+        self.requests = requests
+        self.last = [None] * len(requests)
         try:
-            self._streams = self.engine.generate_many(self.requests)
+            self._streams = self.engine.generate_many(requests)
             at_once = self._streams[: self.engine.config.parallel]
             firsts = await asyncio.gather(*(anext(s) for s in at_once), return_exceptions=True)
-        except (EngineBusy, ContextOverflow, ValueError) as exc:
-            raise _http_error(exc) from None
+        except ENGINE_REFUSALS as exc:
+            raise engine_refusal(exc) from None
         failure = next((f for f in firsts if isinstance(f, BaseException)), None)
         if failure is not None:
             await self.close()
             if isinstance(failure, StopAsyncIteration):
                 raise ApiError(500, "the engine ended the request without an event") from None
-            raise _http_error(failure) from None
+            raise engine_refusal(failure) from None
         self._firsts = [*firsts, *[None] * (self.n - len(firsts))]
         if self._on_first is not None:
             self._on_first()
 
     async def events(self) -> AsyncIterator[tuple[int, CompletionDelta]]:
         """Every choice's events, merged as they come; each choice's last one carries its finish_reason."""
+        async with contextlib.aclosing(self._merged()) as events:
+            async for index, delta in events:
+                if self.stop_error is not None and delta.finish_reason == "abort":
+                    raise self.stop_error
+                yield index, delta
+        if self.stop_error is not None and any(last is None or last.finish_reason is None for last in self.last):
+            raise self.stop_error
+
+    async def _merged(self) -> AsyncIterator[tuple[int, CompletionDelta]]:
         assert self._firsts, "start() first"
         if self.n == 1:  # no tasks for the common case
             async with contextlib.aclosing(self._streams[0]):
@@ -104,8 +125,8 @@ class EngineStream:
             return await anext(self._streams[index])
         except StopAsyncIteration:
             raise ApiError(500, "the engine ended the request without an event") from None
-        except (EngineBusy, ContextOverflow, ValueError) as exc:
-            raise _http_error(exc) from None
+        except ENGINE_REFUSALS as exc:
+            raise engine_refusal(exc) from None
 
     def abort(self) -> None:
         if not self.aborted:
@@ -113,31 +134,21 @@ class EngineStream:
             for request in self.requests:
                 self.engine.abort(request.request_id)
 
+    def stop(self, error: ApiError) -> None:
+        """A shutdown ends this request with `error` (a 503, or an error frame once streaming)."""
+        self.stop_error = error
+        self.abort()
+
     async def close(self) -> None:
         for stream in self._streams:
             await stream.aclose()
-
-
-def _http_error(exc: BaseException) -> BaseException:
-    if isinstance(exc, EngineBusy):
-        return ApiError(429, f"all inference slots are busy: {exc}", type="inference_busy", code="inference_busy")
-    if isinstance(exc, ContextOverflow):
-        return bad_request(str(exc), param="max_tokens", code="context_length_exceeded")
-    if isinstance(exc, ValueError):
-        return bad_request(str(exc))
-    return exc
 
 
 async def output_events(
     stream: EngineStream, outputs: list[ChatOutput]
 ) -> AsyncIterator[tuple[int, CompletionDelta, list[OutputEvent]]]:
     """Each engine event with the output events it releases for its choice; an aborted choice releases nothing.
-
-    A forced tool call the model failed to write, or a JSON answer that is not what response_format
-    asked for, is a 422: the request was fine, the answer is not what it demanded, and the client can
-    act on that (retry, another seed, a larger max_tokens or model). A 5xx would say the server
-    broke, which it did not.
-    """
+    An answer that is not what the request demanded is a 422 (lexi.http.errors.unfit_answer)."""
     async for index, delta in stream.events():
         if delta.finish_reason == "abort":
             yield index, delta, []
@@ -145,5 +156,5 @@ async def output_events(
         try:
             events = outputs[index].feed(delta.text, len(delta.token_ids), delta.finish_reason)
         except OutputError as exc:
-            raise ApiError(422, str(exc), type="model_output_error", param=exc.param, code=exc.code) from None
+            raise unfit_answer(exc) from None
         yield index, delta, events

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lexi.http.chat.request import parse_chat_request
-from lexi.http.chat.route import chat_turn
 from lexi.http.exchange import Reply
+from lexi.http.generation.turn import chat_turn
 from lexi.http.parsing.fields import Fields, refuse_unknown
 from lexi.http.route import Route
 

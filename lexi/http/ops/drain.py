@@ -12,12 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Protocol
 
-from lexi.engine.request import CompletionDelta
 from lexi.http.errors import ApiError
-from lexi.http.generation.stream import EngineStream
 
 ABORT_GRACE_S = 10.0  # after the timeout: time for stopped requests to write their error and finish
 
@@ -33,30 +30,9 @@ def stopped_by_shutdown() -> ApiError:
 
 
 class Stoppable(Protocol):
+    """A running request (lexi.http.generation.route.GenerationRoute): its stream holds the stop."""
+
     def stop_for_shutdown(self, error: ApiError) -> None: ...
-
-
-class StoppableStream(EngineStream):
-    """An EngineStream that a shutdown can end with an error its handler reports (a 503 or an error frame).
-
-    `stop(error)` aborts the request in the engine; the abort event that follows is raised as `error`
-    rather than yielded, so every route's own failure path answers the client.
-    """
-
-    stop_error: ApiError | None = None
-
-    def stop(self, error: ApiError) -> None:
-        self.stop_error = error
-        self.abort()
-
-    async def events(self) -> AsyncIterator[tuple[int, CompletionDelta]]:
-        async with contextlib.aclosing(super().events()) as events:
-            async for index, delta in events:
-                if self.stop_error is not None and delta.finish_reason == "abort":
-                    raise self.stop_error
-                yield index, delta
-        if self.stop_error is not None and any(last is None or last.finish_reason is None for last in self.last):
-            raise self.stop_error
 
 
 class Drain:

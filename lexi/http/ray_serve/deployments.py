@@ -23,12 +23,13 @@ from starlette.responses import Response, StreamingResponse
 from lexi.engine.config import EngineConfig
 from lexi.http.errors import ApiError
 from lexi.http.exchange import Headers, Reply, Request
+from lexi.http.generation.route import GenerationRoute
 from lexi.http.ops.config import SamplingDefaults, ServerConfig
 from lexi.http.ops.heap_trim import HeapTrimming
 from lexi.http.ops.logs import REQUEST_ID_HEADER, configure_logging, log_access
 from lexi.http.ray_serve.board import REPORT_S, Admission, Cluster
 from lexi.http.ray_serve.store import RemoteResponses
-from lexi.http.route import GenerationRoute, Route
+from lexi.http.route import Route
 from lexi.http.routes import open_route
 from lexi.http.state import ServerState, load_in_background, prepare_state
 

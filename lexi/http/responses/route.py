@@ -14,16 +14,15 @@ import logging
 from collections.abc import AsyncIterator
 
 from lexi.chat.output import ChatOutput
-from lexi.http.chat.route import chat_turn
-from lexi.http.errors import ApiError, bad_request
+from lexi.http.errors import ApiError, bad_request, failed_mid_stream, renamed
 from lexi.http.exchange import Reply
 from lexi.http.generation.logprobs import ContentLogprobs, chat_entries
-from lexi.http.generation.sampling import choice_requests, sampling_params
+from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.stream import output_events
+from lexi.http.generation.turn import chat_turn
 from lexi.http.responses.reply import ResponseBuilder, sse_event
 from lexi.http.responses.request import parse_responses_request, previous_response_id
 from lexi.http.responses.store import owner_of
-from lexi.http.route import GenerationRoute
 from lexi.http.sse import HEADERS as SSE_HEADERS
 
 log = logging.getLogger(__name__)
@@ -37,13 +36,11 @@ _PARAMS = {
 }
 
 
+_WORDS = {"reasoning_effort": "reasoning.effort", "response_format": "text.format"}
+
+
 def _renamed(exc: ApiError) -> ApiError:
-    if exc.param in _PARAMS:
-        exc.param = _PARAMS[exc.param]
-        exc.message = exc.message.replace("reasoning_effort", "reasoning.effort").replace(
-            "response_format", "text.format"
-        )
-    return exc
+    return renamed(exc, _PARAMS, _WORDS)
 
 
 class ResponsesRoute(GenerationRoute):
@@ -59,9 +56,7 @@ class ResponsesRoute(GenerationRoute):
         model = state.names.resolve(req.model)
         try:
             turn = chat_turn(state, req.conversation)
-            params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-            constraint = await self.compile_constraint(turn, params.max_tokens)
-            stream = await self.start_generation(choice_requests(turn.prompt.ids, params, 1, [constraint]))
+            params, stream = await self.generate(turn, req.sampling)
         except ApiError as exc:
             raise _renamed(exc) from None
         builder = ResponseBuilder(req, model, params)
@@ -97,11 +92,10 @@ class ResponsesRoute(GenerationRoute):
         """The same builder as the stream, its events dropped: the body is the stream's final response."""
         async for _ in self._run(builder, stream, output):
             pass
-        last = stream.last[0]
         self.count_tokens()
-        if stream.aborted or last is None or last.finish_reason == "abort":
+        if stream.cut_short:
             return None
-        builder.finish(last, output.reasoning_tokens)
+        builder.finish(stream.last[0], output.reasoning_tokens)
         await self._keep(builder)
         return self.json(builder.body())
 
@@ -123,11 +117,10 @@ class ResponsesRoute(GenerationRoute):
                 yield sse_event(event)
             async for event in self._run(builder, stream, output):
                 yield sse_event(event)
-            last = stream.last[0]
             self.count_tokens()
-            if stream.aborted or last is None or last.finish_reason == "abort":
+            if stream.cut_short:
                 return
-            events = builder.finish(last, output.reasoning_tokens)
+            events = builder.finish(stream.last[0], output.reasoning_tokens)
             await self._keep(builder)
             for event in events:
                 yield sse_event(event)
@@ -140,6 +133,6 @@ class ResponsesRoute(GenerationRoute):
                 error = _renamed(exc)
             else:
                 log.exception("generation failed mid-stream")
-                error = ApiError(500, f"generation failed: {exc}", type="server_error")
+                error = failed_mid_stream(exc)
             event = builder.event("error", code=error.code or error.type, message=error.message, param=error.param)
             yield sse_event(event)
