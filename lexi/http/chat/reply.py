@@ -1,22 +1,16 @@
-"""Chat completion and text completion bodies and stream chunks, for any number of choices.
-
-(The Responses API's objects are built in `handlers/responses_events.py`.) Every body and chunk
-carries `system_fingerprint`, a stable digest of the server build and the model file, so a client
-can tell when the backend that answered it changed.
-"""
+"""Chat completion bodies and stream chunks, for any number of choices (the envelope: lexi.http.envelope)."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any
 
 from lexi.chat.tool_calls import ToolCall
 from lexi.engine.request import CompletionDelta
+from lexi.http.envelope import Envelope, StreamChunks
 from lexi.http.generation.sampling import finish_reason, usage
 
 
-def tool_call_entry(call: ToolCall, index: int | None = None) -> dict[str, Any]:
+def reply_tool_call(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     """A call as chat returns it; in a stream each call also carries its `index`."""
     entry: dict[str, Any] = {} if index is None else {"index": index}
     entry.update(id=call.id, type="function", function={"name": call.name, "arguments": call.arguments})
@@ -30,31 +24,6 @@ def chat_finish_reason(last: CompletionDelta, calls: list[ToolCall]) -> str:
 
 def chat_usage(lasts: list[CompletionDelta], reasoning_tokens: int) -> dict[str, Any]:
     return {**usage([lasts]), "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
-
-
-class Envelope:
-    """id, object, created, model and system_fingerprint, shared by a reply's body or all its chunks."""
-
-    def __init__(self, prefix: str, kind: str, model: str, fingerprint: str) -> None:
-        self.head = {
-            "id": f"{prefix}-{uuid.uuid4().hex}",
-            "object": kind,
-            "created": int(time.time()),
-            "model": model,
-            "system_fingerprint": fingerprint,
-        }
-
-    def body(self, **fields: Any) -> dict[str, Any]:
-        return {**self.head, **fields}
-
-
-class StreamChunks(Envelope):
-    """With stream_options.include_usage every chunk carries `usage`: null until the last, as OpenAI's do."""
-
-    def __init__(self, prefix: str, kind: str, model: str, fingerprint: str, include_usage: bool) -> None:
-        super().__init__(prefix, kind, model, fingerprint)
-        if include_usage:
-            self.head["usage"] = None
 
 
 class ChatChunks(StreamChunks):
@@ -84,20 +53,5 @@ def chat_choice(
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
-        message["tool_calls"] = [tool_call_entry(call) for call in calls]
+        message["tool_calls"] = [reply_tool_call(call) for call in calls]
     return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": chat_finish_reason(last, calls)}
-
-
-class CompletionChunks(StreamChunks):
-    def __init__(self, model: str, fingerprint: str, include_usage: bool = False) -> None:
-        super().__init__("cmpl", "text_completion", model, fingerprint, include_usage)
-
-    def chunk(self, index: int, text: str, finish: str | None = None, logprobs=None) -> dict[str, Any]:
-        return self.body(choices=[{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}])
-
-    def usage_chunk(self, groups: list[list[CompletionDelta]]) -> dict[str, Any]:
-        return self.body(choices=[], usage=usage(groups))
-
-
-def completion_body(model: str, fingerprint: str, choices: list[dict[str, Any]], groups: list[list[CompletionDelta]]):
-    return Envelope("cmpl", "text_completion", model, fingerprint).body(choices=choices, usage=usage(groups))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from lexi.chat.prompt import Conversation
-from lexi.chat.response_format import ResponseFormat, make_format
 from lexi.chat.template import REASONING_EFFORTS, check_template_kwargs
 from lexi.chat.tools import Tool, ToolSet, ToolSpecError, check_tool_names, make_choice, make_tool
 from lexi.http.errors import bad_request
@@ -23,8 +21,8 @@ from lexi.http.parsing.fields import (
     refuse_unknown,
     stream_options,
 )
-from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided
-from lexi.http.parsing.tool_pairing import Step, check_tool_pairing
+from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided, parse_response_format
+from lexi.http.parsing.tool_pairing import Step, check_tool_pairing, history_tool_call
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 CHAT_FIELDS = (
@@ -145,32 +143,6 @@ def _refuse_unknown_in_choice(choice: Any) -> None:
             refuse_unknown(choice["function"], ("name",), "tool_choice.function.")
 
 
-def parse_response_format(f: Fields) -> ResponseFormat | None:
-    """response_format: {"type": "text" | "json_object"}, {"type": "json_schema", "json_schema": {...}}, or
-    llama.cpp's {"type": "json_object", "schema": {...}} (that schema's JSON)."""
-    raw = f.obj("response_format")
-    if raw is None:
-        return None
-    refuse_unknown(raw, ("type", "json_schema", "schema"), "response_format.")
-    nested = raw.get("json_schema")
-    try:
-        if raw.get("schema") is not None and raw.get("type") != "json_object":
-            raise ToolSpecError(
-                'response_format.schema goes with type "json_object"; a json_schema format nests it in json_schema',
-                "response_format.schema",
-            )
-        if nested is not None and not isinstance(nested, dict):
-            raise ToolSpecError("response_format.json_schema must be an object", "response_format.json_schema")
-        if isinstance(nested, dict):
-            refuse_unknown(nested, ("name", "description", "schema", "strict"), "response_format.json_schema.")
-        return make_format(
-            raw.get("type"), nested, "response_format.json_schema" if nested else "response_format",
-            "response_format.json_schema.schema", raw.get("schema"),
-        )  # fmt: skip
-    except ToolSpecError as exc:
-        raise bad_request(str(exc), param=exc.param) from None
-
-
 def _message(raw: Any, index: int) -> dict[str, Any]:
     where = f"messages[{index}]"
     if not isinstance(raw, dict):
@@ -256,17 +228,5 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
         if call.get("type", "function") != "function":
             raise bad_request(f'{param}.type must be "function"', param=f"{param}.type")
         arguments = function.get("arguments", {})
-        calls.append(tool_call_entry(call.get("id"), function["name"], arguments, f"{param}.function.arguments"))
+        calls.append(history_tool_call(call.get("id"), function["name"], arguments, f"{param}.function.arguments"))
     return calls
-
-
-def tool_call_entry(call_id: str | None, name: str, arguments: Any, param: str) -> dict[str, Any]:
-    """One earlier call in the form templates read; arguments (at `param`) must be a JSON object or its text."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            arguments = None
-    if not isinstance(arguments, dict):
-        raise bad_request(f"{param} must be a JSON object (or its JSON text)", param=param)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

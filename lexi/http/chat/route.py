@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from lexi.chat.prompt import ChatTurn
-from lexi.http.chat.reply import ChatChunks, chat_body, chat_choice, chat_finish_reason, tool_call_entry
+from lexi.http.chat.reply import ChatChunks, chat_body, chat_choice, chat_finish_reason, reply_tool_call
 from lexi.http.chat.request import ChatRequest, parse_chat_request
 from lexi.http.exchange import Reply
 from lexi.http.generation.logprobs import ContentLogprobs, chat_entries
@@ -73,7 +73,7 @@ class ChatCompletionsRoute(GenerationRoute):
             for event, tokens in zip(events, attached, strict=True):
                 if event.kind == "tool_call":
                     index = outputs[i].calls.index(event.call)
-                    chunk = chunks.chunk(i, {"tool_calls": [tool_call_entry(event.call, index)]})
+                    chunk = chunks.chunk(i, {"tool_calls": [reply_tool_call(event.call, index)]})
                 else:
                     content = event.kind == "content"
                     lp = {"content": chat_entries(tokenizer, tokens)} if want_logprobs and content else None

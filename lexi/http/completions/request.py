@@ -8,7 +8,6 @@ from typing import Any
 from lexi.chat.constraint_plan import ConstraintPlan, plan_output
 from lexi.chat.guided import GuidedText, guided_plan
 from lexi.chat.response_format import ResponseFormat
-from lexi.http.chat.request import parse_response_format
 from lexi.http.errors import bad_request
 from lexi.http.ops.config import SamplingDefaults
 from lexi.http.parsing.fields import (
@@ -22,7 +21,7 @@ from lexi.http.parsing.fields import (
     refuse_unknown,
     stream_options,
 )
-from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided
+from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided, parse_response_format
 
 COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options", "response_format",
                      *COMPLETION_SAMPLING_FIELDS, *GUIDED_FIELDS, *NO_EFFECT)  # fmt: skip

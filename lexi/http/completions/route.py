@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from lexi.chat.constraint_plan import ConstraintError
 from lexi.engine.request import CompletionDelta
-from lexi.http.chat.reply import CompletionChunks, completion_body
+from lexi.http.completions.reply import CompletionChunks, completion_body
 from lexi.http.completions.request import CompletionRequest, parse_completion_request
 from lexi.http.errors import bad_request
 from lexi.http.exchange import Reply

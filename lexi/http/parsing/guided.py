@@ -90,3 +90,29 @@ def _schema(value: Any, param: str) -> dict[str, Any] | bool:
     if not isinstance(value, dict | bool):
         raise bad_request(f"{param} must be a JSON Schema (an object, or its JSON text)", param=param)
     return value
+
+
+def parse_response_format(f: Fields) -> ResponseFormat | None:
+    """response_format: {"type": "text" | "json_object"}, {"type": "json_schema", "json_schema": {...}}, or
+    llama.cpp's {"type": "json_object", "schema": {...}} (that schema's JSON)."""
+    raw = f.obj("response_format")
+    if raw is None:
+        return None
+    refuse_unknown(raw, ("type", "json_schema", "schema"), "response_format.")
+    nested = raw.get("json_schema")
+    try:
+        if raw.get("schema") is not None and raw.get("type") != "json_object":
+            raise ToolSpecError(
+                'response_format.schema goes with type "json_object"; a json_schema format nests it in json_schema',
+                "response_format.schema",
+            )
+        if nested is not None and not isinstance(nested, dict):
+            raise ToolSpecError("response_format.json_schema must be an object", "response_format.json_schema")
+        if isinstance(nested, dict):
+            refuse_unknown(nested, ("name", "description", "schema", "strict"), "response_format.json_schema.")
+        return make_format(
+            raw.get("type"), nested, "response_format.json_schema" if nested else "response_format",
+            "response_format.json_schema.schema", raw.get("schema"),
+        )  # fmt: skip
+    except ToolSpecError as exc:
+        raise bad_request(str(exc), param=exc.param) from None

@@ -3,12 +3,15 @@
 OpenAI refuses a history where a tool message (a Responses `function_call_output`) names no earlier call,
 or where an assistant's calls are followed by anything but their results; a template would otherwise render
 a result beside nothing, or a turn that never got its results, and the model would answer nonsense. Both
-routes describe their history as a list of steps and get a 400 naming the item at fault.
+routes describe their history as a list of steps and get a 400 naming the item at fault. An earlier call itself
+is read into the form templates take by `history_tool_call`, whichever API sent it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from lexi.http.errors import bad_request
 
@@ -57,3 +60,15 @@ def _refuse_unanswered(open_calls: dict[str, str], anonymous: list[str], when: s
             "tool result for each of them",
             param=param,
         )
+
+
+def history_tool_call(call_id: str | None, name: str, arguments: Any, param: str) -> dict[str, Any]:
+    """One earlier call in the form templates read; arguments (at `param`) must be a JSON object or its text."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = None
+    if not isinstance(arguments, dict):
+        raise bad_request(f"{param} must be a JSON object (or its JSON text)", param=param)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lexi.http.chat.request import tool_call_entry
 from lexi.http.errors import bad_request
 from lexi.http.parsing.fields import Fields, refuse_unknown
-from lexi.http.parsing.tool_pairing import Step, check_tool_pairing
+from lexi.http.parsing.tool_pairing import Step, check_tool_pairing, history_tool_call
 
 ROLES = ("user", "system", "developer", "assistant")
 ITEM_FIELDS = {  # what each input item may carry (ids and statuses come back with items a client echoes)
@@ -65,7 +64,7 @@ def input_messages(raw: list[Any], continued: int = 0) -> list[dict[str, Any]]:
             call_id, name = _required_string(f, "call_id"), _required_string(f, "name")
             steps.append(Step("call", call_param, call_id))
             names[call_id] = name
-            call = tool_call_entry(call_id, name, _required_string(f, "arguments"), f.name("arguments"))
+            call = history_tool_call(call_id, name, _required_string(f, "arguments"), f.name("arguments"))
             if not messages or messages[-1]["role"] != "assistant":
                 messages.append({"role": "assistant", "content": ""})
             messages[-1].setdefault("tool_calls", []).append(call)

@@ -7,7 +7,7 @@ for an id that was never stored, so a caller cannot learn that someone else's re
 
 The methods are coroutines so that one interface serves both transports: one server awaits this object on its
 IOLoop (one thread: no lock needed), and `serve --replicas N` runs the same class as a Ray actor that the
-ingress and every replica reach (lexi.http.ray_board.RemoteResponses), since a continuation may land on any
+ingress and every replica reach (lexi.http.ray_serve.store.RemoteResponses), since a continuation may land on any
 replica.
 """
 
