@@ -161,10 +161,10 @@ def serve_command(**opts) -> None:
     from lexi.chat.template import ChatTemplateError
     from lexi.engine.config import EngineConfig
     from lexi.gguf.errors import GGUFError
-    from lexi.http.auth import read_key_file
-    from lexi.http.config import SamplingDefaults, ServerConfig
-    from lexi.http.logs import configure_logging
-    from lexi.http.server import ListenError, serve
+    from lexi.http.ops.auth import read_key_file
+    from lexi.http.ops.config import SamplingDefaults, ServerConfig
+    from lexi.http.ops.logs import configure_logging
+    from lexi.http.tornado.server import ListenError, serve
 
     configure_logging(opts["log_format"])
     keys = tuple(opts["api_key"])
@@ -242,7 +242,7 @@ def _serve_replicas(config, sampling, engine, opts) -> int:
     # "[repeated Nx across cluster]" line, which would drop the replicas' access lines.
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
-        from lexi.http.ray_serve import RayJoinError, serve_replicas
+        from lexi.http.ray_serve.serve import RayJoinError, serve_replicas
     except ImportError as exc:
         message = f"--replicas above 1 needs Ray Serve: pip install 'lexi-engine[ray]' ({exc})"
         raise click.BadParameter(message, param_hint="--replicas") from None

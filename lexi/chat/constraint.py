@@ -20,6 +20,7 @@ from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable, set_bits
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_strings import CountedStrings, Run
+from lexi.held_back import held_back_length
 
 
 class CompiledIndex:
@@ -303,10 +304,7 @@ class TurnConstraint:
 
     def _held(self, marker: bytes) -> int:
         """Length of the longest end of the free text that is a proper prefix of the marker."""
-        for n in range(min(len(marker) - 1, len(self._tail)), 0, -1):
-            if self._tail.endswith(marker[:n]):
-                return n
-        return 0
+        return held_back_length(self._tail, (marker,))
 
 
 def _bit(row: np.ndarray, token_id: int) -> bool:

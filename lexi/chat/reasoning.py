@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lexi.held_back import held_back_length
+
 OPEN = "<think>"
 CLOSE = "</think>"
 # (opener, closer) pairs, tried in order at the start of the output
@@ -28,14 +30,6 @@ def opened_in_prompt(prompt: str) -> tuple[str, str] | None:
 class ReasoningEvent:
     kind: str  # "reasoning" | "content"
     text: str
-
-
-def partial_suffix(text: str, token: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `token`."""
-    for n in range(min(len(token) - 1, len(text)), 0, -1):
-        if text.endswith(token[:n]):
-            return n
-    return 0
 
 
 class ReasoningSplitter:
@@ -87,7 +81,7 @@ class ReasoningSplitter:
                 self._buffer = self._buffer[cut + len(self._close) :]
                 self._state, self._at_segment_start = "content", True
                 continue
-            keep = partial_suffix(self._buffer, self._close)
+            keep = held_back_length(self._buffer, (self._close,))
             self._emit_reasoning(events, self._buffer[: len(self._buffer) - keep], final=False)
             self._buffer = self._buffer[len(self._buffer) - keep :]
             break

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lexi.chat.reasoning import partial_suffix
+from lexi.held_back import held_back_length
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
@@ -55,7 +55,7 @@ class ToolCallParser:
                 self._buffer = self._buffer[start + len(OPEN) :]
                 self._in_call = True
                 continue
-            keep = partial_suffix(self._buffer, OPEN)
+            keep = held_back_length(self._buffer, (OPEN,))
             self._text(out, self._buffer[: len(self._buffer) - keep])
             self._buffer = self._buffer[len(self._buffer) - keep :]
             break

@@ -6,25 +6,15 @@ retracted; when a stop string completes, the text is cut just before it. No torc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Protocol
+
+from lexi.held_back import held_back_length
 
 
 class Detokenizer(Protocol):
     def feed(self, token_id: int) -> str: ...
 
     def finish(self) -> str: ...
-
-
-def held_back_length(text: str, stops: Iterable[str]) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
-    best = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), best, -1):
-            if text.endswith(stop[:n]):
-                best = n
-                break
-    return best
 
 
 class OutputProcessor:

@@ -1,1 +1,1 @@
-"""The OpenAI-compatible HTTP server over Tornado."""
+"""The OpenAI- and Anthropic-compatible HTTP server: API surfaces, the generation layer, operations, transports."""

@@ -1,9 +1,20 @@
-"""Every failure leaves the server in OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
+"""Every failure leaves the server in OpenAI's error shape: {"error": {"message", "type", "param", "code"}}.
+
+This is also the one place where the layers below speak HTTP: the engine's refusals, the chat pipeline's
+template and constraint faults, an answer that is not what the request demanded, and a failure mid-stream
+each become the status and error the spec gives them here, whichever route met them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
+
+from lexi.chat.constraint_plan import ConstraintError
+from lexi.chat.output import OutputError
+from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
+from lexi.engine.errors import ContextOverflow, EngineBusy
 
 _TYPES = {
     400: "invalid_request_error",
@@ -50,3 +61,63 @@ def status_error(status: int, message: str | None = None) -> ApiError:
     """A bare HTTP status (404, 405, 413...) turned into the error shape."""
     reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "error"
     return ApiError(status, message or reason, code=reason.lower().replace(" ", "_"))
+
+
+def internal_error() -> ApiError:
+    """What the client learns of an uncaught exception (the log has the rest)."""
+    return ApiError(500, "internal server error", type="server_error")
+
+
+def failed_mid_stream(exc: BaseException) -> ApiError:
+    """An unexpected failure after a stream's first frame: the status line is gone, an error frame says it."""
+    return ApiError(500, f"generation failed: {exc}", type="server_error")
+
+
+# ---- the layers below, in HTTP terms ----
+
+ENGINE_REFUSALS = (EngineBusy, ContextOverflow, ValueError)
+TURN_FAULTS = (ConstraintError, ThinkingUnsupported, TemplateRenderError, ValueError)
+
+
+def engine_refusal(exc: BaseException) -> BaseException:
+    """The engine refuses in its own terms (busy, context overflow, a bad value); anything else passes as is."""
+    if isinstance(exc, EngineBusy):
+        return ApiError(429, f"all inference slots are busy: {exc}", type="inference_busy", code="inference_busy")
+    if isinstance(exc, ContextOverflow):
+        return bad_request(str(exc), param="max_tokens", code="context_length_exceeded")
+    if isinstance(exc, ValueError):
+        return bad_request(str(exc))
+    return exc
+
+
+def constraint_error(exc: ConstraintError, param: str | None = None) -> ApiError:
+    """A constraint that cannot be built or compiled: a 400 naming the field (the error's own, else `param`)."""
+    return bad_request(str(exc), param=exc.param or param, code="invalid_constraint")
+
+
+def turn_error(exc: Exception) -> ApiError:
+    """A fault met while rendering a turn (one of TURN_FAULTS), named in chat's fields."""
+    if isinstance(exc, ConstraintError):
+        return constraint_error(exc)
+    if isinstance(exc, ThinkingUnsupported):
+        return ApiError(501, str(exc), param="reasoning_effort", code="thinking_not_supported")
+    if isinstance(exc, TemplateRenderError):
+        return bad_request(str(exc), param="messages", code="template_error")
+    return bad_request(str(exc), param="chat_template_kwargs")
+
+
+def unfit_answer(exc: OutputError) -> ApiError:
+    """A forced tool call the model failed to write, or a JSON answer that is not what response_format asked
+    for, is a 422: the request was fine, the answer is not what it demanded, and the client can act on that
+    (retry, another seed, a larger max_tokens or model). A 5xx would say the server broke, which it did not."""
+    return ApiError(422, str(exc), type="model_output_error", param=exc.param, code=exc.code)
+
+
+def renamed(error: ApiError, params: Mapping[str, str], words: Mapping[str, str] | None = None) -> ApiError:
+    """`error` in another API's field names: the shared layers name chat's fields (`messages`, `max_tokens`...).
+    When its field is one of `params`, the field is renamed, and each of `words` in its message too."""
+    if error.param in params:
+        error.param = params[error.param]
+        for old, new in (words or {}).items():
+            error.message = error.message.replace(old, new)
+    return error

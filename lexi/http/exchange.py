@@ -1,6 +1,6 @@
 """What a transport hands the routes and gets back: plain data, no Tornado, no Starlette.
 
-A transport adapter (lexi.http.app for Tornado, lexi.http.ray_serve for Ray Serve) turns its own
+A transport adapter (lexi.http.tornado.app for Tornado, lexi.http.ray_serve.serve for Ray Serve) turns its own
 request into a `Request`, asks `lexi.http.routes.open_route(state, request)` for the route, awaits
 `route.run()` and writes the `Reply`: a status, headers and either a body or a stream of SSE frames.
 The adapter's only other jobs are telling the route when the client went away (`route.client_closed()`)

@@ -19,12 +19,12 @@ from typing import Any
 
 from lexi.chat.template import CHATML_STOP, CHATML_TEMPLATE, ChatTemplate, read_template_file
 from lexi.engine.config import EngineConfig
-from lexi.http.config import SamplingDefaults, ServerConfig
-from lexi.http.cors import CorsPolicy
-from lexi.http.drain import Drain
-from lexi.http.metrics import Metrics
-from lexi.http.names import ModelNames
-from lexi.http.response_store import ResponseStore
+from lexi.http.ops.config import SamplingDefaults, ServerConfig
+from lexi.http.ops.cors import CorsPolicy
+from lexi.http.ops.drain import Drain
+from lexi.http.ops.metrics import Metrics
+from lexi.http.ops.names import ModelNames
+from lexi.http.responses.store import ResponseStore
 
 log = logging.getLogger(__name__)
 

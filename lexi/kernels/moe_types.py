@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from lexi.kernels.qmatmul import QMATMUL_TYPES, row_bytes
+from lexi.kernels.quant_weight import QMATMUL_TYPES, row_bytes
 
 if TYPE_CHECKING:
     from lexi.gguf.reader import TensorInfo

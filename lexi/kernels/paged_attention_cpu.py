@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lexi.kernels.paged_attention import AttentionMetadata, gather_kv, softmax_with_sinks
+from lexi.kernels.attention_metadata import AttentionMetadata
+from lexi.kernels.paged_attention import gather_kv, softmax_with_sinks
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lexi.kernels.paged_attention import AttentionMetadata
+from lexi.kernels.attention_metadata import AttentionMetadata
 from lexi.kernels.paged_attention_common import (
     LOG2E,
     _cap_scores,

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from lexi.kernels.qmatmul import QuantWeight, flatten_input
 from lexi.kernels.qmatmul_dequant import dequant_tile
+from lexi.kernels.quant_weight import QuantWeight, flatten_input
 
 
 @triton.jit

@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from lexi.kernels.qmatmul import GEMV_MAX_M, QuantWeight, flatten_input
 from lexi.kernels.qmatmul_dequant import dequant_tile
+from lexi.kernels.quant_weight import GEMV_MAX_M, QuantWeight, flatten_input
 
 # Programs wanted in flight: a few per SM of a large GPU, so the memory system stays saturated.
 TARGET_PROGRAMS = 512

@@ -13,7 +13,7 @@ import torch
 from lexi.gguf.dequant import dequantize
 
 if TYPE_CHECKING:
-    from lexi.kernels.qmatmul import QuantWeight
+    from lexi.kernels.quant_weight import QuantWeight
 
 
 def dequantize_weight(w: QuantWeight) -> torch.Tensor:

@@ -25,7 +25,7 @@ from lexi.kernels.cpu_qmatmul import CPU_KERNEL_TYPES, CpuKernels, CpuWeight, cp
 
 if TYPE_CHECKING:
     from lexi.gguf.reader import TensorInfo
-    from lexi.kernels.qmatmul import QuantWeight
+    from lexi.kernels.quant_weight import QuantWeight
 
 _DENSE_TYPES = ("F32", "F16", "BF16")
 
@@ -86,7 +86,7 @@ class QuantLinear(nn.Module):
             if cpu_kernels is not None and info.qtype in CPU_KERNEL_TYPES:
                 return cls(None, None, b, cpu=(cpu_weight(info, cpu_kernels), cpu_kernels))
             if quantized:
-                from lexi.kernels.qmatmul import QuantWeight
+                from lexi.kernels.quant_weight import QuantWeight
 
                 return cls(None, QuantWeight.from_gguf(info, device), b, kernels=kernels)
         dense_dtype = torch.float32 if cpu_kernels is not None else dtype

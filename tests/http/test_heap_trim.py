@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from lexi.http.heap_trim import heap_trimmer
+from lexi.http.ops.heap_trim import heap_trimmer
 
 _PROBE = """
 import time
 
-from lexi.http.heap_trim import HeapTrimming
+from lexi.http.ops.heap_trim import HeapTrimming
 
 def rss_mb():
     for line in open("/proc/self/status"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from lexi.http.metrics import Metrics, merge_expositions
+from lexi.http.ops.metrics import Metrics, merge_expositions
 
 
 def test_series_keep_their_family_and_gain_a_replica_label():

@@ -9,7 +9,7 @@ import openai
 import pytest
 from server_process import Server, http, run_refused
 
-from lexi.http.cors import CorsPolicy
+from lexi.http.ops.cors import CorsPolicy
 
 KEY = "sk-ops-key"
 ORIGIN = "http://localhost:3000"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from lexi.http.config import SamplingDefaults, ServerConfig
+from lexi.http.chat.request import parse_chat_request
+from lexi.http.completions.request import parse_completion_request
 from lexi.http.errors import ApiError
-from lexi.http.generation import sampling_params
-from lexi.http.metrics import Metrics
-from lexi.http.names import ModelNames
-from lexi.http.protocol import parse_json_body
-from lexi.http.protocol_chat import parse_chat_request
-from lexi.http.protocol_completions import parse_completion_request
+from lexi.http.generation.sampling import sampling_params
+from lexi.http.ops.config import SamplingDefaults, ServerConfig
+from lexi.http.ops.metrics import Metrics
+from lexi.http.ops.names import ModelNames
+from lexi.http.parsing.fields import parse_json_body
 
 USER = [{"role": "user", "content": "hi"}]
 DEFAULTS = SamplingDefaults(temp=1.5, top_p=0.5, top_k=20, min_p=0.2, n_predict=7)
@@ -255,7 +255,8 @@ def test_chat_and_http_import_neither_torch_nor_triton():
     import sys
 
     code = (
-        "import sys, lexi.http.app, lexi.http.server, lexi.chat.template, lexi.chat.reasoning, lexi.chat.prompt;"
+        "import sys, lexi.http.tornado.app, lexi.http.tornado.server, lexi.chat.template, lexi.chat.reasoning,"
+        " lexi.chat.prompt;"
         "bad = [m for m in ('torch', 'triton') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from lexi.http.response_store import ResponseStore, owner_of
+from lexi.http.responses.store import ResponseStore, owner_of
 
 
 def body(response_id: str) -> dict:

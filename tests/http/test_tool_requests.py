@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lexi.http.config import SamplingDefaults
+from lexi.http.chat.request import parse_chat_request
 from lexi.http.errors import ApiError
-from lexi.http.protocol_chat import parse_chat_request
-from lexi.http.protocol_responses import parse_responses_request
+from lexi.http.ops.config import SamplingDefaults
+from lexi.http.responses.request import parse_responses_request
 
 USER = [{"role": "user", "content": "hi"}]
 DEFAULTS = SamplingDefaults()

@@ -16,10 +16,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 from gguf_blocks import random_blocks
 
-from lexi.kernels.qmatmul import QMATMUL_TYPES, QuantWeight, choose_variant, qmatmul, qmatmul_ref
+from lexi.kernels.qmatmul import choose_variant, qmatmul, qmatmul_ref
 from lexi.kernels.qmatmul_gemm import qmatmul_gemm
 from lexi.kernels.qmatmul_gemv import qmatmul_gemv
 from lexi.kernels.qmatmul_ref import dequantize_weight
+from lexi.kernels.quant_weight import QMATMUL_TYPES, QuantWeight
 
 Q = GGMLQuantizationType
 TYPES = [

@@ -29,7 +29,7 @@ def test_refused_before_ray_starts(args, says):
 
 def test_plain_serve_never_imports_ray():
     code = (
-        "import sys, lexi.cli, lexi.http.app, lexi.http.server, lexi.http.routes;"
+        "import sys, lexi.cli, lexi.http.tornado.app, lexi.http.tornado.server, lexi.http.routes;"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'starlette'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

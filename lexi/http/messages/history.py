@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lexi.http.errors import bad_request
-from lexi.http.protocol import UNSUPPORTED_VALUE, Fields, refuse_unknown
-from lexi.http.protocol_chat import tool_call_entry
-from lexi.http.tool_pairing import Step, check_tool_pairing
+from lexi.http.parsing.fields import UNSUPPORTED_VALUE, Fields, refuse_unknown
+from lexi.http.parsing.tool_pairing import Step, check_tool_pairing, history_tool_call
 
 ROLES = ("user", "assistant")
 BLOCK_FIELDS = {  # what each block may carry, and which role may send it
@@ -208,7 +207,7 @@ def _assistant_turn(blocks: list[dict[str, Any]], where: str, steps: list[Step],
                 f.fail("name", "is required")
             if not isinstance(block.get("input"), dict):
                 f.fail("input", "must be a JSON object (the call's arguments)")
-            calls.append(tool_call_entry(call_id, name, block["input"], f"{at}.input"))
+            calls.append(history_tool_call(call_id, name, block["input"], f"{at}.input"))
             steps.append(Step("call", f"{at}.id", call_id))
             names[call_id] = name
     turn: dict[str, Any] = {"role": "assistant", "content": parts if parts else ""}

@@ -18,10 +18,10 @@ from typing import Any
 from lexi.chat.prompt import Conversation
 from lexi.chat.template import ChatTemplate
 from lexi.chat.tools import Tool, ToolChoice, ToolSet, ToolSpecError, check_tool_names, make_tool
-from lexi.http.config import SamplingDefaults
 from lexi.http.errors import ApiError, bad_request
 from lexi.http.messages.history import check_cache_control, history, system_message
-from lexi.http.protocol import (
+from lexi.http.ops.config import SamplingDefaults
+from lexi.http.parsing.fields import (
     MAX_STOP_STRINGS,
     UNSUPPORTED_VALUE,
     Fields,

@@ -1,9 +1,10 @@
 """POST /v1/messages and POST /v1/messages/count_tokens: parse -> the chat turn -> generate -> a message or events.
 
-The same template, reasoning split, tool verification and constraints as /v1/chat/completions (its
-`chat_turn`), the same slots, drain and abort on disconnect (GenerationRoute). What differs is the edge:
-the key may come as `x-api-key` (Anthropic's) or `Authorization: Bearer`, errors are in Anthropic's shape
-(a stream under way ends with an `error` event), and `anthropic-version` / `anthropic-beta` are accepted.
+The same template, reasoning split, tool verification and constraints as /v1/chat/completions (the
+generation layer's `chat_turn` and `GenerationRoute.generate`), the same slots, drain and abort on
+disconnect. What differs is the edge: the key may come as `x-api-key` (Anthropic's) or `Authorization:
+Bearer`, errors are in Anthropic's shape (a stream under way ends with an `error` event), and
+`anthropic-version` / `anthropic-beta` are accepted.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from collections.abc import AsyncIterator
 
 from lexi.chat.output import ChatOutput
 from lexi.chat.prompt import ChatTurn
-from lexi.http.auth import bearer_token
-from lexi.http.engine_stream import EngineStream, output_events
-from lexi.http.errors import ApiError
+from lexi.http.errors import ApiError, renamed
 from lexi.http.exchange import Reply
-from lexi.http.generation import choice_requests, sampling_params
+from lexi.http.generation.route import GenerationRoute
+from lexi.http.generation.stream import EngineStream, output_events
+from lexi.http.generation.turn import chat_turn
 from lexi.http.messages.reply import MessageBuilder, error_body
 from lexi.http.messages.request import MessagesRequest, check_thinking, parse_messages_request
-from lexi.http.routes.base import GenerationRoute, Route
-from lexi.http.routes.chat import chat_turn
+from lexi.http.ops.auth import bearer_token
+from lexi.http.route import Route
 from lexi.http.sse import named_frame
 from lexi.http.state import ServerState
 
@@ -53,8 +54,7 @@ def messages_turn(state: ServerState, req: MessagesRequest) -> ChatTurn:
     try:
         return chat_turn(state, req.conversation)
     except ApiError as exc:
-        exc.param = _PARAMS.get(exc.param, exc.param)
-        raise
+        raise renamed(exc, _PARAMS) from None
 
 
 class MessagesRoute(AnthropicEdge, GenerationRoute):
@@ -65,10 +65,7 @@ class MessagesRoute(AnthropicEdge, GenerationRoute):
         req = parse_messages_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
         turn = messages_turn(state, req)
-        params = sampling_params(req.sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
-        constraint = await self.compile_constraint(turn, params.max_tokens)
-        requests = choice_requests(turn.prompt.ids, params, 1, [constraint] if turn.plan else None)
-        stream = await self.start_generation(requests)
+        _, stream = await self.generate(turn, req.sampling)
         builder = MessageBuilder(model, req.stop_sequences, req.show_thinking)
         if req.stream:
             return self.sse(self._stream(builder, stream, turn.output()))
@@ -88,10 +85,9 @@ class MessagesRoute(AnthropicEdge, GenerationRoute):
                 for item in builder.feed(event):
                     yield item
         self.count_tokens()
-        last = stream.last[0]
-        if stream.aborted or last is None or last.finish_reason == "abort":
+        if stream.cut_short:
             return
-        for event in builder.finish(last, output.calls):
+        for event in builder.finish(stream.last[0], output.calls):
             yield event
 
     async def _stream(self, builder: MessageBuilder, stream: EngineStream, output: ChatOutput) -> AsyncIterator[bytes]:

@@ -1,0 +1,1 @@
+"""POST /v1/chat/completions: the request parser, the reply shaper (bodies and chunks), the route."""

@@ -1,0 +1,1 @@
+"""The generation layer every generating route shares: one turn per request, sampling, the engine stream."""

@@ -1,0 +1,1 @@
+"""llama.cpp server extras: /tokenize, /detokenize, /apply-template."""

@@ -1,0 +1,1 @@
+"""Request parsing every API surface shares: typed field access, sampling fields, guided decoding, tool pairing."""
