@@ -229,12 +229,13 @@ class TurnConstraint:
         progress = limit is not None and self._pending_min > 0
         ids = counted.allowed(scan, self._run, progress_only=progress)
         if limit is not None and not progress:
-            ids = np.intersect1d(ids, self._compiled.closing.allowed_within(state, limit))
+            ids = ids[_among(ids, self._compiled.closing.allowed_within(state, limit))]
         set_bits(row, ids.astype(np.int64))
         hole = self._vocab.hole_id
         if hole is not None and limit is None and self._guide.accepts_tokens([hole]):
             # openers the guide would not take itself (where it does, as text, their count decides)
-            _set_bits(row, np.setdiff1d(self._vocab.container_openers, scan.ids))
+            openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
+            _set_bits(row, openers[~_among(openers, scan.ids)])
         if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
             _set_bits(row, self._vocab.eog_ids)
 
@@ -323,3 +324,14 @@ def _clear_bits(row: np.ndarray, ids) -> None:
     for token_id in ids:
         if token_id >> 5 < words.size:
             words[token_id >> 5] &= np.uint32(~(1 << (token_id & 31)) & 0xFFFFFFFF)
+
+
+def _among(ids: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Which of `ids` are in `members` (both token ids): a lookup table, not numpy's set operations, whose
+    hashing costs milliseconds a step over a large vocabulary's allowed set."""
+    ids, members = np.asarray(ids, dtype=np.int64), np.asarray(members, dtype=np.int64)
+    if ids.size == 0 or members.size == 0:
+        return np.zeros(ids.size, dtype=bool)
+    table = np.zeros(int(max(ids.max(), members.max())) + 1, dtype=bool)
+    table[members] = True
+    return table[ids]
