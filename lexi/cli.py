@@ -98,7 +98,7 @@ def _json_object(ctx, param, value):
     type=click.FloatRange(0, 86400),
     default=0.0,
     show_default=True,
-    help="Seconds a request waits for a free slot before 429 inference_busy.",
+    help="Seconds a request waits for a free slot before 429 inference_busy (529 overloaded_error on /v1/messages).",
 )
 @click.option(
     "--constraint-timeout",

@@ -4,7 +4,8 @@ Before each sample the engine asks `mask_key()`, a name for the allowed set (Non
 restricted), and calls `fill_mask(row)` to write that set's bits into a packed int32 row only the
 first time it meets the key; then `advance(token)` with what was sampled; it stops the request with
 "stop" once `is_finished()`. Keys are (compiled index, guide state, whether the output may end
-here) or a free phase's marker state: equal keys name equal sets across requests. Plain data in,
+here), a free phase's marker state, or a thought's closer forced by its budget: equal keys name equal
+sets across requests. Plain data in,
 plain data out: no torch here. End-of-generation tokens are allowed exactly when the output may end: in a free
 phase that allows it, at the start of an optional phase, and where the guide accepts. Where the
 guide allows the hole (a container nested past what the regex writes out), any container opener is
@@ -13,6 +14,8 @@ allowed too, and opening one there frees the rest of the output; verification st
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from outlines_core import Guide, Index
 
@@ -20,6 +23,7 @@ from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable, set_bits
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_strings import CountedStrings, Run
+from lexi.chat.thought_budget import ForcedCloser, ThoughtWatch
 from lexi.held_back import held_back_length
 
 
@@ -74,7 +78,9 @@ class TurnConstraint:
         self._started = False  # the current guided phase consumed a token
         self._free_rest = False  # a container opened at a hole: nothing is restricted any more
         self._run: Run | None = None  # the counted string the guided phase is writing (counted_strings)
+        self._thought = ThoughtWatch(plan.thought) if plan.thought is not None else None
         self._enter(0)
+        self._free_rest = not plan.phases  # only a thought budget holds the output
 
     def closing_distance(self) -> int:
         """Fewest tokens that finish what the plan demands from here (0 when the output may end now)."""
@@ -90,6 +96,9 @@ class TurnConstraint:
 
     def mask_key(self) -> tuple | None:
         """A name for the next step's allowed set; None when nothing is restricted."""
+        forced = self._forced_closer()
+        if forced is not None:
+            return ("thought-closer", forced.closer, forced.held, forced.limit)
         if self._free_rest:
             return None
         phase = self._current
@@ -121,6 +130,10 @@ class TurnConstraint:
 
     def fill_mask(self, row: np.ndarray) -> None:
         """Write the set `mask_key` named as bits of `row` (int32 words)."""
+        forced = self._forced_closer()
+        if forced is not None:
+            set_bits(row, np.array(self._vocab.marker_steps(forced.closer, forced.held, forced.limit), dtype=np.int64))
+            return
         phase = self._current
         if isinstance(phase, FreeText):
             marker = phase.marker.encode()
@@ -160,7 +173,11 @@ class TurnConstraint:
     def advance(self, token_id: int) -> None:
         if self._left is not None:
             self._left -= 1
-        if token_id in self._vocab.eog_ids or self._free_rest:
+        if token_id in self._vocab.eog_ids:
+            return
+        if self._thought is not None:
+            self._thought.advance(self._vocab.token_bytes[token_id])
+        if self._free_rest:
             return
         phase = self._current
         if isinstance(phase, FreeText):
@@ -238,6 +255,20 @@ class TurnConstraint:
             _set_bits(row, openers[~_among(openers, scan.ids)])
         if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
             _set_bits(row, self._vocab.eog_ids)
+
+    def _forced_closer(self) -> ForcedCloser | None:
+        """The thought's closer, when its budget leaves no room for another free token; where the thought must
+        also close before max_tokens (a phase after it), the nearer of the two limits holds."""
+        if self._thought is None or not self._thought.thinking:
+            return None
+        forced = self._thought.forced(self._vocab.marker_cost)
+        if forced is None or self._free_rest or self.is_finished() or not isinstance(self._current, FreeText):
+            return forced
+        phase = self._current
+        if phase.marker.encode() != forced.closer:
+            return forced
+        limit = self._free_limit(phase, forced.closer, forced.held)
+        return forced if limit is None or limit >= forced.limit else replace(forced, limit=limit)
 
     def _free_limit(self, phase: FreeText, marker: bytes, held: int) -> int | None:
         """For a thought that must close before constrained output: None while a free token leaves room to write

@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lexi.chat.call_regex import NEWLINE, OPEN, call_after_opener
 from lexi.chat.regex_text import literal
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import SchemaRegex
+from lexi.chat.thought_budget import ThoughtBudget
 from lexi.chat.tools import ToolSet
 
 
@@ -47,8 +48,9 @@ class Guided:
 
 @dataclass(frozen=True, slots=True)
 class ConstraintPlan:
-    phases: tuple[FreeText | Guided, ...]
+    phases: tuple[FreeText | Guided, ...]  # none: the output is free (a thought budget may still hold it)
     loop_from: int | None = None  # after the last phase, start again here (another call); None: the end
+    thought: ThoughtBudget | None = None  # the thought closes within this many tokens
 
     @property
     def regexes(self) -> list[str]:
@@ -91,3 +93,9 @@ def plan_output(
         phases = (*thought(False), *first, *more)
         return ConstraintPlan(phases, loop_from=len(phases) - 2)
     return ConstraintPlan((*thought(False), *first, *more * (limit - 1)))
+
+
+def with_thought_budget(plan: ConstraintPlan | None, tokens: int, opened: tuple[str, str] | None) -> ConstraintPlan:
+    """`plan` (None: free output) with its thought held to `tokens` tokens."""
+    budget = ThoughtBudget(tokens, opened)
+    return ConstraintPlan((), thought=budget) if plan is None else replace(plan, thought=budget)

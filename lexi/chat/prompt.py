@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output
+from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output, with_thought_budget
 from lexi.chat.guided import GuidedText, guided_plan
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
@@ -33,6 +33,7 @@ class Conversation:
     add_generation_prompt: bool = True
     continue_final_message: bool = False  # the prompt ends inside the last (assistant) message: the answer continues it
     guided: GuidedText | None = None  # the answer matches this regex (vLLM's structured_outputs regex / choice)
+    thinking_budget: int | None = None  # a thought closes within this many tokens (Anthropic's budget_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,4 +103,6 @@ def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, sp
         plan = guided_plan(c.guided, prompt.opened)
     else:
         plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
+    if c.thinking_budget is not None:
+        plan = with_thought_budget(plan, c.thinking_budget, prompt.opened)
     return ChatTurn(prompt, c, split_reasoning, plan)

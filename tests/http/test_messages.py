@@ -169,20 +169,27 @@ def test_thinking_on_a_template_without_a_switch_is_501(server):
 
 
 def test_thinking_blocks_with_a_thinking_template(thinking_server):
-    """The template opens <think>; SmolLM2 never closes it, so the answer is one thinking block."""
+    """The template opens <think>; SmolLM2 never closes it by itself, so budget_tokens does: the thought ends
+    within its budget (the closer forced) and the text block follows (tests/chat/test_thought_budget.py
+    checks the count)."""
     c = claude_for(thinking_server)
-    fields = dict(model="SmolLM2-135M-Instruct.Q4_1", max_tokens=5, messages=HI, extra_body=GREEDY)
-    message = c.messages.create(**fields, thinking={"type": "enabled", "budget_tokens": 4})
-    assert [b.type for b in message.content] == ["thinking"] and message.content[0].thinking.strip()
+    fields = dict(model="SmolLM2-135M-Instruct.Q4_1", max_tokens=12, messages=HI, extra_body=GREEDY)
+    message = c.messages.create(**fields, thinking={"type": "enabled", "budget_tokens": 6})
+    assert [b.type for b in message.content] == ["thinking", "text"], message.content
+    assert message.content[0].thinking.strip() and message.content[1].text
     assert message.stop_reason == "max_tokens"
-    with c.messages.stream(**fields, thinking={"type": "enabled", "budget_tokens": 4}) as stream:
-        kinds = {event.delta.type for event in stream if event.type == "content_block_delta"}
+    with c.messages.stream(**fields, thinking={"type": "enabled", "budget_tokens": 6}) as stream:
+        kinds = [event.delta.type for event in stream if event.type == "content_block_delta"]
         final = stream.get_final_message()
-    assert kinds == {"thinking_delta"} and final.content[0].thinking == message.content[0].thinking
+    assert kinds[0] == "thinking_delta" and set(kinds) == {"thinking_delta", "text_delta"}
+    assert [b.model_dump(include={"type", "thinking", "text"}) for b in final.content] == [
+        b.model_dump(include={"type", "thinking", "text"}) for b in message.content
+    ]
     plain = c.messages.create(**fields, thinking={"type": "disabled"})
     assert [b.type for b in plain.content] == ["text"] and plain.content[0].text
     hidden = c.messages.create(**fields, thinking={"type": "enabled", "budget_tokens": 4, "display": "omitted"})
-    assert [(b.type, b.thinking) for b in hidden.content] == [("thinking", "")]
+    # the thought's text is left out (greedy here may take another path: the prefix cache changes the numerics)
+    assert all(b.thinking == "" for b in hidden.content if b.type == "thinking") and hidden.content[-1].type == "text"
     counts = {
         kind: c.messages.count_tokens(model=fields["model"], messages=HI, thinking={"type": kind, **extra}).input_tokens
         for kind, extra in (("enabled", {"budget_tokens": 4}), ("disabled", {}))

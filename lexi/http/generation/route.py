@@ -67,14 +67,20 @@ class GenerationRoute(Route):
             self.stream.abort()
 
     async def generate(
-        self, turn: ChatTurn, sampling: SamplingRequest, n: int = 1
+        self, turn: ChatTurn, sampling: SamplingRequest, n: int = 1, wait: bool = True
     ) -> tuple[SamplingParams, EngineStream]:
         """A rendered turn's n choices, submitted to the engine together: the params they run with, and the
-        stream of their events (refusals come back as ApiErrors; a stop or abort that came first, too)."""
+        stream of their events (refusals come back as ApiErrors; a stop or abort that came first, too).
+
+        `wait=False` returns once the engine has taken the request, before a slot is free: the caller awaits
+        `stream.first_events()` itself (a stream that begins while it waits, as Anthropic's does)."""
         state = self.state
         params = sampling_params(sampling, len(turn.prompt.ids), state.engine_config.ctx_size, state.extra_stop)
         constraints = [await self.compile_constraint(turn, params.max_tokens) for _ in range(n)]
         requests = choice_requests(turn.prompt.ids, params, n, constraints if turn.plan else None)
+        if not wait:
+            self.stream.submit(requests)
+            return params, self.stream
         await self.start_generation(requests)
         return params, self.stream
 

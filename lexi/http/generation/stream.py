@@ -46,7 +46,13 @@ class EngineStream:
         return self.aborted or any(d is None or d.finish_reason == "abort" for d in self.last)
 
     async def start(self, requests: list[GenerationRequest]) -> None:
-        """Submit the choices together; refusals come back as ApiErrors."""
+        """Submit the choices together and wait for their first events; refusals come back as ApiErrors."""
+        self.submit(requests)
+        await self.first_events()
+
+    def submit(self, requests: list[GenerationRequest]) -> None:
+        """Hand the choices to the engine, which refuses at once what can never run (context overflow, a bad
+        value); a slot and the prefill come later (`first_events`), so a busy server is not known yet."""
         if self.stop_error is not None:
             raise self.stop_error
         if self.aborted:
@@ -55,6 +61,13 @@ class EngineStream:
         self.last = [None] * len(requests)
         try:
             self._streams = self.engine.generate_many(requests)
+        except ENGINE_REFUSALS as exc:
+            raise engine_refusal(exc) from None
+
+    async def first_events(self) -> None:
+        """Wait for the first event of every choice that takes a slot at once: a slot (or the 429 of a busy
+        server, past --queue-wait) and the prefill."""
+        try:
             at_once = self._streams[: self.engine.config.parallel]
             firsts = await asyncio.gather(*(anext(s) for s in at_once), return_exceptions=True)
         except ENGINE_REFUSALS as exc:

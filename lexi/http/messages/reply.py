@@ -44,6 +44,19 @@ def error_body(error: ApiError, request_id: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}, "request_id": request_id}
 
 
+PING = {"type": "ping"}
+_NO_CACHE = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+def overloaded(error: BaseException) -> BaseException:
+    """A busy server (no slot within --queue-wait, which the OpenAI routes answer 429 inference_busy) is
+    Anthropic's 529 overloaded_error: its 429 rate_limit_error speaks of an account's rate limit, which this
+    server does not keep. Anthropic's clients retry both."""
+    if isinstance(error, ApiError) and error.type == "inference_busy":
+        return ApiError(529, error.message, type="overloaded_error", code="overloaded")
+    return error
+
+
 def usage(delta: CompletionDelta) -> dict[str, int]:
     cached = delta.cached_tokens
     return {
@@ -101,10 +114,12 @@ class MessageBuilder:
             "usage": self.usage,
         }
 
-    def start(self, first: CompletionDelta) -> list[dict[str, Any]]:
-        """message_start (content empty, input usage known) and a ping, as Anthropic's stream begins."""
-        self.usage = usage(first)
-        return [{"type": "message_start", "message": self._message([])}, {"type": "ping"}]
+    def start(self, prompt_tokens: int) -> list[dict[str, Any]]:
+        """message_start (content empty) and a ping, as Anthropic's stream begins: sent when the engine takes the
+        request, before a slot is free, so the prefix cache's share of the prompt is not known yet; the usage
+        of message_delta splits it (input_tokens, cache_read_input_tokens), and clients take that."""
+        self.usage = {"input_tokens": prompt_tokens, "output_tokens": 0, **_NO_CACHE}
+        return [{"type": "message_start", "message": self._message([])}, PING]
 
     def feed(self, event: OutputEvent) -> list[dict[str, Any]]:
         if event.kind == "tool_call":

@@ -6,7 +6,8 @@ are Anthropic's custom tools (`name`, `description`, `input_schema`, `strict`); 
 `tool` and `none` are chat's `auto`, `required`, a named function and `none`, and
 `disable_parallel_tool_use` is `parallel_tool_calls: false`. `thinking` works the template's thinking
 switch as `reasoning_effort` does: `disabled` is effort `none`, `enabled` / `adaptive` turn the switch on
-(`enable_thinking: true`) and leave the effort variable at the server's default. Every other field is a
+(`enable_thinking: true`) and leave the effort variable at the server's default; `budget_tokens` holds the
+thought to that many tokens (the constraint forces its closer, lexi/chat/thought_budget). Every other field is a
 400 naming it, as Anthropic answers ("Extra inputs are not permitted").
 """
 
@@ -84,6 +85,7 @@ def parse_messages_request(body: dict[str, Any], defaults: SamplingDefaults, cou
         reasoning_effort="none" if thinking == "disabled" else None,
         add_generation_prompt=not turns.prefill,
         continue_final_message=turns.prefill,
+        thinking_budget=budget,
     )
     stops = () if counting else _stop_sequences(f)
     return MessagesRequest(

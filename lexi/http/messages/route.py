@@ -9,6 +9,7 @@ Bearer`, errors are in Anthropic's shape (a stream under way ends with an `error
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from lexi.chat.output import ChatOutput
@@ -18,7 +19,7 @@ from lexi.http.exchange import Reply
 from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.stream import EngineStream, output_events
 from lexi.http.generation.turn import chat_turn
-from lexi.http.messages.reply import MessageBuilder, error_body
+from lexi.http.messages.reply import PING, MessageBuilder, error_body, overloaded
 from lexi.http.messages.request import MessagesRequest, check_thinking, parse_messages_request
 from lexi.http.ops.auth import bearer_token
 from lexi.http.route import Route
@@ -27,6 +28,7 @@ from lexi.http.state import ServerState
 
 # chat_turn names chat's fields; here the same faults are about these
 _PARAMS = {"reasoning_effort": "thinking", "chat_template_kwargs": "thinking"}
+PING_EVERY_S = 1.0  # while a streamed message waits for a slot and its prefill, so proxies see it alive
 
 
 class AnthropicEdge:
@@ -44,8 +46,11 @@ class AnthropicEdge:
     def error_body(self, error: ApiError) -> dict:
         return error_body(error, self.request_id)
 
+    def error_reply(self, exc: BaseException) -> Reply:
+        return super().error_reply(overloaded(exc))
+
     def error_frame(self, error: ApiError) -> bytes:
-        return named_frame(error_body(error, self.request_id))
+        return named_frame(error_body(overloaded(error), self.request_id))
 
 
 def messages_turn(state: ServerState, req: MessagesRequest) -> ChatTurn:
@@ -58,6 +63,10 @@ def messages_turn(state: ServerState, req: MessagesRequest) -> ChatTurn:
 
 
 class MessagesRoute(AnthropicEdge, GenerationRoute):
+    """A streamed message begins (200, message_start, ping) once the engine has taken the request, and pings
+    every PING_EVERY_S while it waits for a slot and its prefill, as Anthropic's streams do; a busy server
+    then ends it with an `error` event of type overloaded_error (a whole message is answered 529 instead)."""
+
     route = "messages"
 
     async def post(self) -> Reply | None:
@@ -65,22 +74,17 @@ class MessagesRoute(AnthropicEdge, GenerationRoute):
         req = parse_messages_request(self.json_body(), state.sampling)
         model = state.names.resolve(req.model)
         turn = messages_turn(state, req)
-        _, stream = await self.generate(turn, req.sampling)
+        _, stream = await self.generate(turn, req.sampling, wait=not req.stream)
         builder = MessageBuilder(model, req.stop_sequences, req.show_thinking)
         if req.stream:
-            return self.sse(self._stream(builder, stream, turn.output()))
+            return self.sse(self._stream(builder, stream, turn))
         async for _ in self._events(builder, stream, turn.output()):
             pass
         return self.json(builder.body()) if builder.stop[0] is not None else None
 
     async def _events(self, builder: MessageBuilder, stream: EngineStream, output: ChatOutput) -> AsyncIterator[dict]:
-        """Every stream event, from message_start to message_stop; nothing after an abort."""
-        started = False
-        async for _, delta, events in output_events(stream, [output]):
-            if not started:
-                started = True
-                for event in builder.start(delta):
-                    yield event
+        """Every event after the stream's start, to message_stop; nothing after an abort."""
+        async for _, _, events in output_events(stream, [output]):
             for event in events:
                 for item in builder.feed(event):
                     yield item
@@ -90,8 +94,17 @@ class MessagesRoute(AnthropicEdge, GenerationRoute):
         for event in builder.finish(stream.last[0], output.calls):
             yield event
 
-    async def _stream(self, builder: MessageBuilder, stream: EngineStream, output: ChatOutput) -> AsyncIterator[bytes]:
-        async for event in self._events(builder, stream, output):
+    async def _stream(self, builder: MessageBuilder, stream: EngineStream, turn: ChatTurn) -> AsyncIterator[bytes]:
+        for event in builder.start(len(turn.prompt.ids)):
+            yield named_frame(event)
+        waiting = asyncio.ensure_future(stream.first_events())
+        try:
+            while not (await asyncio.wait({waiting}, timeout=PING_EVERY_S))[0]:
+                yield named_frame(PING)
+            waiting.result()  # a refusal (busy, past --queue-wait) raises here: an error event ends the stream
+        finally:
+            waiting.cancel()
+        async for event in self._events(builder, stream, turn.output()):
             yield named_frame(event)
 
 
