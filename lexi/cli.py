@@ -101,6 +101,24 @@ def _json_object(ctx, param, value):
     help="Seconds a request waits for a free slot before 429 inference_busy (529 overloaded_error on /v1/messages).",
 )
 @click.option(
+    "--spec",
+    type=click.Choice(["off", "ngram"]),
+    default="off",
+    show_default=True,
+    help="Speculative decoding: ngram proposes the continuation of the last tokens' earlier occurrence in the "
+    "prompt + output, checked in one step (requests without an output constraint; output unchanged).",
+)
+@click.option(
+    "--spec-max", type=click.IntRange(1, 64), default=8, show_default=True, help="Tokens proposed at most per step."
+)
+@click.option(
+    "--spec-min-match",
+    type=click.IntRange(1, 8),
+    default=2,
+    show_default=True,
+    help="Shortest suffix whose earlier occurrence --spec ngram trusts.",
+)
+@click.option(
     "--constraint-timeout",
     type=click.FloatRange(0.1, 3600),
     default=10.0,
@@ -160,6 +178,7 @@ def serve_command(**opts) -> None:
 
     from lexi.chat.template import ChatTemplateError
     from lexi.engine.config import EngineConfig
+    from lexi.engine.ngram import SpecConfig
     from lexi.gguf.errors import GGUFError
     from lexi.http.ops.auth import read_key_file
     from lexi.http.ops.config import SamplingDefaults, ServerConfig
@@ -204,6 +223,7 @@ def serve_command(**opts) -> None:
             ctx_size=opts["ctx_size"],
             batch_size=opts["batch_size"],
             queue_wait=opts["queue_wait"],
+            spec=SpecConfig(opts["spec"], opts["spec_max"], opts["spec_min_match"]),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -291,7 +311,19 @@ def models_command() -> None:
 @_load_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
 def generate_command(
-    model_name, prompt, n_predict, temp, top_k, top_p, min_p, seed, dtype, device, deterministic, kernels, activations,
+    model_name,
+    prompt,
+    n_predict,
+    temp,
+    top_k,
+    top_p,
+    min_p,
+    seed,
+    dtype,
+    device,
+    deterministic,
+    kernels,
+    activations,
     as_json,
 ) -> None:
     """Continue one prompt with the model and print the text (no server)."""

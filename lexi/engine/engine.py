@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from lexi.engine.config import EngineConfig
 from lexi.engine.errors import ContextOverflow, EngineBusy
+from lexi.engine.ngram import NgramIndex
 from lexi.engine.output import OutputProcessor
 from lexi.engine.request import CompletionDelta, GenerationRequest
 from lexi.engine.runner import ModelRunner
@@ -44,6 +45,7 @@ class _Stream:
     output: OutputProcessor | None = None
     first_token: float | None = None
     prompt_logprobs: list = field(default_factory=list)  # gathered chunk by chunk, sent with the first token
+    ngram: NgramIndex | None = None  # where its tokens occur, for speculation's proposals (made on first use)
 
     def push(self, item: CompletionDelta | BaseException) -> None:
         try:
@@ -205,6 +207,8 @@ class Engine:
 
     def step(self) -> None:
         """One scheduling decision and, if anything runs, one batched forward."""
+        if self.config.spec.enabled:
+            self._propose()
         out = self.scheduler.schedule(time.monotonic())
         self._update_gauges()
         for seq in out.rejected:
@@ -222,6 +226,26 @@ class Engine:
             self.stats.steps_total += 1
         self._update_gauges()
 
+    def _propose(self) -> None:
+        """Drafts for the decoding sequences that may take them (lexi.engine.ngram), checked in the next step.
+
+        A request with an output constraint is not offered one (its mask for a later position depends on the
+        tokens before it, which the constraint cannot take back); a draft never reaches past max_tokens."""
+        spec = self.config.spec
+        for seq in self.scheduler.running:
+            stream: _Stream = seq.payload
+            if seq.prefilling or stream.request.constraint is not None:
+                continue
+            if not stream.request.params.speculative:
+                continue
+            room = seq.max_tokens - seq.num_output - 1
+            if room < 1:
+                continue
+            if stream.ngram is None:
+                stream.ngram = NgramIndex()
+            stream.ngram.sync(seq.token_ids)
+            seq.draft = stream.ngram.propose(min(spec.max_tokens, room), spec.min_match)
+
     def _run_batch(self, scheduled: list[ScheduledSeq]) -> None:
         try:
             results, prompt_logprobs = self.runner.execute(scheduled, [s.seq.payload.sampler for s in scheduled])
@@ -233,7 +257,7 @@ class Engine:
         self.stats.prefill_tokens_total += sum(s.num_new for s in scheduled if s.seq.prefilling)
         for i, logprobs in prompt_logprobs.items():
             scheduled[i].seq.payload.prompt_logprobs.extend(logprobs)
-        ok = [r.token_id if isinstance(r, SampleResult) else None for r in results]
+        ok = [[r.token_id for r in result] if isinstance(result, list) else None for result in results]
         self.scheduler.advance(scheduled, ok)
         now = time.monotonic()
         for item, result in zip(scheduled, results, strict=True):
@@ -242,9 +266,13 @@ class Engine:
             if isinstance(result, Exception):
                 self._fail(item.seq, result)
                 continue
+            if item.draft:
+                self.stats.spec_proposed_total += len(item.draft)
+                self.stats.spec_accepted_total += len(result) - 1
+                self.stats.spec_steps_total += 1
             self._deliver(item.seq, result, now)
 
-    def _deliver(self, seq: Sequence, result: SampleResult, now: float) -> None:
+    def _deliver(self, seq: Sequence, results: list[SampleResult], now: float) -> None:
         stream: _Stream = seq.payload
         prompt_logprobs = ()
         if stream.first_token is None:
@@ -254,24 +282,33 @@ class Engine:
             self.stats.ttft_count += 1
             self.stats.ttft_last_s = now - stream.submitted
             self.stats.ttft_sum_s += self.stats.ttft_last_s
-        self.stats.generated_tokens_total += 1
-        constraint_done = False
-        if stream.request.constraint is not None:
-            try:
-                stream.request.constraint.advance(result.token_id)
-                constraint_done = stream.request.constraint.is_finished()
-            except Exception as exc:
-                self._fail(seq, exc)
-                return
-        text = stream.output.feed(result.token_id, constraint_done)
-        reason = stream.output.finish_reason
-        logprobs = (result.logprob,) if result.logprob is not None else ()
+        text, reason, delivered = "", None, 0
+        for result in results:  # one token, or a draft's accepted tokens and the next: each until the output ends
+            constraint_done = False
+            if stream.request.constraint is not None:
+                try:
+                    stream.request.constraint.advance(result.token_id)
+                    constraint_done = stream.request.constraint.is_finished()
+                except Exception as exc:
+                    self._fail(seq, exc)
+                    return
+            text += stream.output.feed(result.token_id, constraint_done)
+            delivered += 1
+            reason = stream.output.finish_reason
+            if reason is not None:
+                break
+        self.stats.generated_tokens_total += delivered
+        if delivered < len(results):  # the output ended inside an accepted draft: the rest was never generated
+            del seq.token_ids[len(seq.token_ids) - (len(results) - delivered) :]
+        results = results[:delivered]
+        token_ids = tuple(r.token_id for r in results)
+        logprobs = tuple(r.logprob for r in results if r.logprob is not None)
         if reason is not None:  # slot and blocks are back before the caller sees the last event
             self.stats.requests_finished += 1
             self._release(seq)
         stop_string = stream.output.stop_string if reason is not None else None
         delta = CompletionDelta(
-            text, (result.token_id,), logprobs, reason, prompt_logprobs=prompt_logprobs, stop_string=stop_string
+            text, token_ids, logprobs, reason, prompt_logprobs=prompt_logprobs, stop_string=stop_string
         )
         self._emit(seq, delta)
 

@@ -32,7 +32,8 @@ class ModelRunner:
         tokens: list[int] = []
         for item in scheduled:
             start = item.seq.num_computed
-            tokens.extend(item.seq.token_ids[start : start + item.num_new])
+            tokens.extend(item.seq.token_ids[start : start + item.num_new - len(item.draft)])
+            tokens.extend(item.draft)
         meta = AttentionMetadata.build(
             [s.num_new for s in scheduled],
             [s.seq.num_computed for s in scheduled],
@@ -46,7 +47,7 @@ class ModelRunner:
         layout: list[tuple[int, int]] = []
         for end, item in zip(ends, scheduled, strict=True):
             first = len(rows)
-            if item.seq.wants_prompt_logits and item.seq.prefilling:
+            if (item.seq.wants_prompt_logits and item.seq.prefilling) or item.draft:
                 rows.extend(range(end - item.num_new, end))
             elif item.sample:
                 rows.append(end - 1)
@@ -57,9 +58,10 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(
         self, scheduled: Seq[ScheduledSeq], states: Seq[SamplerState]
-    ) -> tuple[list[SampleResult | Exception | None], dict[int, list[TokenLogprob]]]:
-        """One forward: a result per scheduled sequence (None where it only prefilled a chunk), and the logprobs
-        of the prompt tokens this step computed, by scheduled index, for sequences that want them."""
+    ) -> tuple[list[list[SampleResult] | Exception | None], dict[int, list[TokenLogprob]]]:
+        """One forward: the tokens each scheduled sequence samples (None where it only prefilled a chunk; one
+        token, or a draft's accepted tokens and the one after them), and the logprobs of the prompt tokens this
+        step computed, by scheduled index, for sequences that want them."""
         tokens, meta, layout = self.build(scheduled)
         logits = self.model.forward(tokens, meta, self.kv_cache)
         prompt_logprobs = {
@@ -67,12 +69,22 @@ class ModelRunner:
             for i, (item, (first, count)) in enumerate(zip(scheduled, layout, strict=True))
             if item.seq.wants_prompt_logits and item.seq.prefilling
         }
-        sampling = [i for i, item in enumerate(scheduled) if item.sample]
-        results: list[SampleResult | Exception | None] = [None] * len(scheduled)
-        if not sampling:
-            return results, prompt_logprobs
+        results: list[list[SampleResult] | Exception | None] = [None] * len(scheduled)
         if self.sampler is None:
             self.sampler = Sampler(logits.shape[-1])
+        for i in [i for i, item in enumerate(scheduled) if item.draft]:
+            first, count = layout[i]
+            rows, draft, state = logits[first : first + count], scheduled[i].draft, states[i]
+            try:
+                if state.simple_greedy:
+                    results[i] = verify_greedy(rows, draft, state)
+                else:
+                    results[i] = self.sampler.verify_draft(rows, draft, state, scheduled[i].seq.token_ids)
+            except Exception as exc:  # a broken row fails its own request only
+                results[i] = exc
+        sampling = [i for i, item in enumerate(scheduled) if item.sample and not item.draft]
+        if not sampling:
+            return results, prompt_logprobs
         if len(layout) and any(count != 1 for first, count in layout if count):
             last_rows = [layout[i][0] + layout[i][1] - 1 for i in sampling]
             logits = logits[torch.tensor(last_rows, dtype=torch.int64, device=logits.device)]
@@ -80,7 +92,7 @@ class ModelRunner:
             logits, [states[i] for i in sampling], [scheduled[i].seq.token_ids for i in sampling]
         )
         for i, result in zip(sampling, picked, strict=True):
-            results[i] = result
+            results[i] = [result] if isinstance(result, SampleResult) else result
         return results, prompt_logprobs
 
     @staticmethod
@@ -101,3 +113,19 @@ class ModelRunner:
                 top = tuple(zip(tops.indices[j].tolist(), tops.values[j].tolist(), strict=True))
             out.append(TokenLogprob(token, chosen[j], top))
         return out
+
+
+def verify_greedy(logits: torch.Tensor, draft: tuple[int, ...], state: SamplerState) -> list[SampleResult]:
+    """A draft checked against the model's own greedy choices: row j of `logits` follows draft[:j]. The tokens
+    taken are the draft's longest prefix the model would have chosen itself, then the model's choice after it,
+    so the output is token for token what decoding one token a step gives (the batched path of rows whose
+    sampling is a plain argmax, SamplerState.simple_greedy; others go through Sampler.verify_draft)."""
+    if state.banned:
+        logits[:, list(state.banned)] = float("-inf")
+    chosen = logits.argmax(dim=-1).tolist()
+    taken = 0
+    while taken < len(draft) and chosen[taken] == draft[taken]:
+        taken += 1
+    tokens = [*draft[:taken], chosen[taken]]
+    state.output_counts.update(tokens)
+    return [SampleResult(t) for t in tokens]

@@ -44,10 +44,17 @@ class SamplerState:
         return p.greedy and not p.logit_bias and not p.has_penalties and p.logprobs is None
 
     def draw(self, probs: torch.Tensor) -> int:
-        if self.generator is None or self.generator.device != probs.device:
-            self.generator = torch.Generator(device=probs.device)
+        return int(torch.multinomial(probs, 1, generator=self._generator(probs.device)))
+
+    def uniform(self, device: torch.device) -> float:
+        """A draw in [0, 1) from the request's own stream (a draft token's acceptance test)."""
+        return float(torch.rand(1, generator=self._generator(device), device=device))
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if self.generator is None or self.generator.device != device:
+            self.generator = torch.Generator(device=device)
             self.generator.manual_seed(self.seed)
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        return self.generator
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +130,43 @@ class Sampler:
             masks.apply(logits[i], mask)
         return failed
 
+    def verify_draft(
+        self, rows: torch.Tensor, draft: Seq[int], state: SamplerState, history: list[int]
+    ) -> list[SampleResult]:
+        """A draft checked by speculative sampling: row j of `rows` follows draft[:j]. Draft token d is taken with
+        the probability p(d) that sampling that row gives it (every transform applied, history and counts
+        including the tokens taken before it); the first one refused is replaced by a draw from p without d,
+        renormalized; when all are taken, the last row gives one more token. A proposal that is one fixed token
+        makes this exact: each output token has p's distribution, as decoding a token a step gives."""
+        out: list[SampleResult] = []
+        for j, x in enumerate(rows):
+            seen = [*history, *(r.token_id for r in out)]
+            self._transform(x, state, seen)
+            if j == len(draft):
+                out.append(self._result(x, self._choose(x, state), state))
+                break
+            ids, probs = self._distribution(x, state)
+            hit = ids == draft[j]
+            taken = bool(hit.any()) and state.uniform(x.device) < float(probs[hit].sum())
+            if taken:
+                token = draft[j]
+            else:
+                rest = probs.masked_fill(hit, 0.0)
+                token = int(ids[state.draw(rest / rest.sum())]) if float(rest.sum()) > 0 else int(ids[0])
+            out.append(self._result(x, token, state))
+            state.output_counts[token] += 1
+            if not taken:
+                return out
+        state.output_counts[out[-1].token_id] += 1
+        return out
+
     def _sample_row(self, x: torch.Tensor, state: SamplerState, history: list[int]) -> SampleResult:
+        self._transform(x, state, history)
+        return self._result(x, self._choose(x, state), state)
+
+    @staticmethod
+    def _transform(x: torch.Tensor, state: SamplerState, history: list[int]) -> None:
+        """logit_bias, penalties and banned EOG ids, in place, before the choice (llama.cpp's order)."""
         p = state.params  # x is a row of the step's own logits: modified in place, never copied
         if p.logit_bias:
             ids = [t for t in p.logit_bias if t < x.numel()]
@@ -138,7 +181,11 @@ class Sampler:
             x[ids] -= counts * p.frequency_penalty + p.presence_penalty
         if state.banned:
             x[list(state.banned)] = float("-inf")
-        token = self._choose(x, state)
+
+    @staticmethod
+    def _result(x: torch.Tensor, token: int, state: SamplerState) -> SampleResult:
+        """The token, with its logprob (and the top alternatives) when the request asks, read before temperature."""
+        p = state.params
         logprob = None
         if p.logprobs is not None:
             lp = torch.log_softmax(x, dim=-1)
@@ -151,9 +198,19 @@ class Sampler:
 
     @staticmethod
     def _choose(x: torch.Tensor, state: SamplerState) -> int:
+        if state.params.greedy:
+            return int(x.argmax())
+        ids, probs = Sampler._distribution(x, state)
+        return int(ids[state.draw(probs)])
+
+    @staticmethod
+    def _distribution(x: torch.Tensor, state: SamplerState) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, their probabilities) that a draw picks from: top_k, top_p, min_p, then temperature;
+        greedy is the argmax alone."""
         p = state.params
         if p.greedy:
-            return int(x.argmax())
+            best = x.argmax().reshape(1)
+            return best, torch.ones(1, dtype=x.dtype, device=x.device)
         if 0 < p.top_k < x.numel():
             vals, ids = x.topk(p.top_k)
         else:
@@ -168,5 +225,4 @@ class Sampler:
             keep[0] = True  # both filters keep a sorted prefix; the best token always survives
             n = int(keep.sum())
             vals, ids = vals[:n], ids[:n]
-        probs = torch.softmax(vals / p.temperature, dim=-1)
-        return int(ids[state.draw(probs)])
+        return ids, torch.softmax(vals / p.temperature, dim=-1)

@@ -39,6 +39,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None  # top-n alternatives reported per token; None = no logprobs
+    speculative: bool = True  # may take proposed tokens checked in one step, where the server speculates
 
     def __post_init__(self) -> None:
         _check("temperature", self.temperature, 0.0, 2.0)

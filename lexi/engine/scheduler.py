@@ -27,8 +27,9 @@ from lexi.engine.sequence import SeqStatus, Sequence
 @dataclass(slots=True)
 class ScheduledSeq:
     seq: Sequence
-    num_new: int  # tokens fed this step, starting at seq.num_computed
+    num_new: int  # tokens fed this step, starting at seq.num_computed (a decode's draft included)
     sample: bool  # the last of them yields logits to sample the next token from
+    draft: tuple[int, ...] = ()  # proposed tokens fed after the last sampled one: every row's logits checks one
 
 
 @dataclass(slots=True)
@@ -122,9 +123,10 @@ class Scheduler:
         budget = self.config.batch_size
         for seq in self.running:
             if not seq.prefilling:
-                self.blocks.ensure_capacity(seq, seq.num_computed + 1)
-                out.scheduled.append(ScheduledSeq(seq, 1, True))
-                budget -= 1
+                draft, seq.draft = tuple(seq.draft), []
+                self.blocks.ensure_capacity(seq, seq.num_computed + 1 + len(draft))
+                out.scheduled.append(ScheduledSeq(seq, 1 + len(draft), True, draft))
+                budget -= 1 + len(draft)
         budget = max(budget, 1)
         for seq in self.running:
             if budget == 0:
@@ -159,13 +161,17 @@ class Scheduler:
         out.matched.append(seq)
         return True
 
-    def advance(self, scheduled: list[ScheduledSeq], sampled: list[int | None]) -> None:
-        """Record a finished step: fed tokens are now cached; sampled tokens join their sequences."""
-        for item, token in zip(scheduled, sampled, strict=True):
-            item.seq.num_computed += item.num_new
+    def advance(self, scheduled: list[ScheduledSeq], sampled: list[list[int] | None]) -> None:
+        """Record a finished step: fed tokens are now cached; sampled tokens join their sequences.
+
+        A row with a draft samples the accepted draft tokens and one more: only the accepted ones' K/V count
+        as cached (the rejected positions are written over later, and no block holding them is hashed)."""
+        for item, tokens in zip(scheduled, sampled, strict=True):
+            accepted = min(len(tokens) - 1, len(item.draft)) if tokens else 0
+            item.seq.num_computed += item.num_new - len(item.draft) + accepted
+            if tokens is not None:
+                item.seq.token_ids.extend(tokens)
             self.blocks.commit(item.seq)
-            if token is not None:
-                item.seq.token_ids.append(token)
 
     def finish(self, seq: Sequence) -> None:
         """Give the slot and its blocks back (finished, failed or aborted)."""

@@ -37,6 +37,7 @@ class Sequence:
     leader: Sequence | None = None  # computes the prompt this one shares; this one then reuses its KV blocks
     awaiting_leader: bool = False  # matches the prefix cache once the leader has prefilled (or left)
     prompt_logprobs_top: int | None = None  # the prompt's logprobs are wanted, with this many alternatives
+    draft: list[int] = field(default_factory=list)  # tokens proposed after the last one, checked next step
 
     @property
     def wants_prompt_logits(self) -> bool:

@@ -22,6 +22,9 @@ class EngineStats:
     prefill_tokens_total: int = 0  # prompt tokens actually computed
     generated_tokens_total: int = 0
     steps_total: int = 0
+    spec_steps_total: int = 0  # decode rows that checked a draft
+    spec_proposed_total: int = 0  # draft tokens proposed
+    spec_accepted_total: int = 0  # of which the model's own choice (taken)
     ttft_count: int = 0
     ttft_sum_s: float = 0.0  # queueing included: request submitted -> first token sampled
     ttft_last_s: float = 0.0

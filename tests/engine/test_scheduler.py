@@ -17,7 +17,7 @@ def seq(rid: str, n: int, max_tokens: int = 8, base: int = 0) -> Sequence:
 def run_step(sched: Scheduler, now: float = 0.0, token: int = 7):
     """One step with a fake model: every sampling row yields `token`."""
     out = sched.schedule(now)
-    sched.advance(out.scheduled, [token if s.sample else None for s in out.scheduled])
+    sched.advance(out.scheduled, [[token] if s.sample else None for s in out.scheduled])
     return out
 
 

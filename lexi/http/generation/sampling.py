@@ -43,6 +43,7 @@ def sampling_params(
         stop=tuple(dict.fromkeys((*s.stop, *extra_stop))),
         ignore_eos=s.ignore_eos,
         logprobs=s.logprobs,
+        speculative=s.speculative,
     )
 
 

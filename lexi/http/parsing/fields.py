@@ -161,6 +161,7 @@ class SamplingRequest:
     logprobs: int | None  # top-n alternatives per token; None = no logprobs
     ignore_eos: bool
     n: int = 1  # choices, generated together
+    speculative: bool = True  # false: this request decodes a token a step even where the server speculates
     default_max_tokens: int | None = None  # --n-predict: a cap, so a long prompt never makes it a 400
 
 
@@ -169,7 +170,7 @@ MAX_CHOICES = 128
 # The fields parse_sampling reads, by route kind: each route adds its own.
 SAMPLING_FIELDS = (
     "n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
-    "repeat_penalty", "repetition_penalty", "logit_bias", "ignore_eos", "max_tokens",
+    "repeat_penalty", "repetition_penalty", "logit_bias", "ignore_eos", "max_tokens", "speculative",
 )  # fmt: skip
 CHAT_SAMPLING_FIELDS = (*SAMPLING_FIELDS, "max_completion_tokens", "logprobs", "top_logprobs")
 COMPLETION_SAMPLING_FIELDS = (*SAMPLING_FIELDS, "logprobs")
@@ -205,6 +206,7 @@ def parse_sampling(f: Fields, defaults: SamplingDefaults, *, chat: bool) -> Samp
         logprobs=logprobs,
         ignore_eos=f.boolean("ignore_eos"),
         n=n,
+        speculative=f.boolean("speculative", default=True),
     )
 
 

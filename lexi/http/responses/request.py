@@ -37,7 +37,7 @@ from lexi.http.responses.input import input_items, input_messages
 # request fields read by the shared sampling parser under the same names (llama.cpp-style extras included)
 SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-    "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "ignore_eos",
+    "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "ignore_eos", "speculative",
 )  # fmt: skip
 RESPONSES_FIELDS = (
     "model", "input", "instructions", "max_output_tokens", "stream", "stream_options", "metadata", "store",
