@@ -8,8 +8,12 @@
    0.1 ms attention call took 6.5 ms).
 
    A job is published as one 64-bit word, generation << 32 | next task. A worker claims task i of generation g
-   by a compare-and-swap from (g, i) to (g, i + 1), so a worker that wakes late cannot claim a task of a job
-   whose fields it did not read: the caller changes the fields only after every task of the current job is done.
+   by a compare-and-swap from (g, i) to (g, i + 1). The job's fields (fn, ctx, ntasks) are read as a seqlock's
+   data: the caller first closes the word (a new generation whose next task is CLOSED, so nothing can be claimed),
+   then writes the fields, then opens the next generation; a worker reads the fields and then the word again, and
+   claims only if the generation is still the one it saw. Without the closed phase a worker that woke late could
+   read the next job's ntasks while the word still named the finished job, claim a task past its end and count it
+   as done for the next job, which then returned while one of its tasks still ran (seen: 1 in ~500k jobs).
 */
 #include <pthread.h>
 #include <sched.h>
@@ -26,6 +30,9 @@
 #endif
 
 #define SPIN_ITERATIONS 2000 /* yields (~1 us each when nothing else wants the core) before a worker sleeps */
+#define CLOSED 0xffffffffu   /* the next-task half of a word whose fields are being written: nothing to claim */
+
+typedef void (*task_fn)(void *, int, int);
 
 struct pool {
     int threads;
@@ -36,9 +43,9 @@ struct pool {
     int stop;     /* under mu */
     _Atomic uint64_t job;
     _Atomic int done;
-    void (*fn)(void *, int, int);
-    void *ctx;
-    int ntasks;
+    _Atomic(task_fn) fn; /* the seqlock's data: written between the closed and the open word */
+    _Atomic(void *) ctx;
+    _Atomic int ntasks;
 };
 
 typedef struct {
@@ -48,12 +55,13 @@ typedef struct {
 
 /* Claim and run tasks of generation `gen` until none is left or the job moved on. */
 static void run_tasks(pool *p, uint32_t gen, int index) {
-    void (*fn)(void *, int, int) = p->fn;
-    void *ctx = p->ctx;
-    int ntasks = p->ntasks;
-    uint64_t cur = atomic_load_explicit(&p->job, memory_order_acquire);
+    task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+    uint32_t ntasks = (uint32_t)atomic_load_explicit(&p->ntasks, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire); /* the fields were read before the word is read again */
+    uint64_t cur = atomic_load_explicit(&p->job, memory_order_relaxed);
     for (;;) {
-        if ((uint32_t)(cur >> 32) != gen || (int)(uint32_t)cur >= ntasks) return;
+        if ((uint32_t)(cur >> 32) != gen || (uint32_t)cur >= ntasks) return; /* moved on, closed or all claimed */
         if (atomic_compare_exchange_weak_explicit(&p->job, &cur, cur + 1, memory_order_acq_rel,
                                                   memory_order_acquire)) {
             fn(ctx, (int)(uint32_t)cur, index);
@@ -144,11 +152,14 @@ void pool_run(pool *p, void (*fn)(void *, int, int), void *ctx, int ntasks) {
         for (int t = 0; t < ntasks; t++) fn(ctx, t, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->ntasks = ntasks;
-    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = (uint32_t)(atomic_load_explicit(&p->job, memory_order_relaxed) >> 32) + 1;
+    atomic_store_explicit(&p->job, (uint64_t)gen << 32 | CLOSED, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* the closed word is seen before any of the new fields */
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->ntasks, ntasks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    gen++;
     atomic_store_explicit(&p->job, (uint64_t)gen << 32, memory_order_release);
     pthread_mutex_lock(&p->mu);
     if (p->sleeping) pthread_cond_broadcast(&p->wake);
