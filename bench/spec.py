@@ -149,19 +149,45 @@ def lexi_rate(server: LexiServer, ids: list[int], n: int) -> tuple[float, int]:
     return (count - 1) / (stamps[-1] - stamps[0]), count
 
 
-def run_lexi(path: str, spec: bool, spec_max: int, ids: dict, reps: int) -> dict:
+SPEC_METRICS = ("lexi_spec_proposed_tokens", "lexi_spec_accepted_tokens", "lexi_spec_verify_rows")
+
+
+def spec_counters(server: LexiServer) -> dict[str, float]:
+    """The speculation counters of the server's /metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in SPEC_METRICS:
+            out[name] = float(value)
+    return out
+
+
+def run_lexi(path: str, spec: bool, spec_max: int, ids: dict, reps: int) -> tuple[dict, dict]:
+    """(workload -> decode rates, workload -> (accepted / proposed, draft tokens taken per checking step))."""
     extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ()
     server = LexiServer(Path(path), extra, ctx=CTX, parallel=1)
     rates: dict[str, list[float]] = {}
+    acceptance: dict[str, tuple[float, float]] = {}
     try:
         for name, (_, n) in workloads().items():
+            before = spec_counters(server)
             for rep in range(reps + 1):
                 rate, _ = lexi_rate(server, ids[name], n)
                 if rep > 0:
                     rates.setdefault(name, []).append(rate)
+            if spec:
+                after = spec_counters(server)
+                proposed, accepted, rows = (after[m] - before[m] for m in SPEC_METRICS)
+                acceptance[name] = (accepted / max(proposed, 1), accepted / max(rows, 1))
     finally:
         server.close()
-    return rates
+    return rates, acceptance
 
 
 def main() -> None:
@@ -179,8 +205,8 @@ def main() -> None:
     llama_off = run_llama(path, 0, args.threads, args.reps)
     llama_on = run_llama(path, args.spec_max, args.threads, args.reps)
     ids = llama_off["ids"]
-    lexi_off = run_lexi(path, False, args.spec_max, ids, args.reps)
-    lexi_on = run_lexi(path, True, args.spec_max, ids, args.reps)
+    lexi_off, _ = run_lexi(path, False, args.spec_max, ids, args.reps)
+    lexi_on, acceptance = run_lexi(path, True, args.spec_max, ids, args.reps)
     med = statistics.median
     lines = [
         f"### bench/spec.py, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}, {machine()}",
@@ -188,12 +214,15 @@ def main() -> None:
         f"{args.reps}), --spec-max / num_pred_tokens {args.spec_max}.",
         "",
         "| workload | prompt tokens | llama.cpp off | llama.cpp lookup | lexi off | lexi --spec ngram | lexi on/off "
-        "| lexi on / llama.cpp lookup |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| lexi on / llama.cpp lookup | lexi accepted / proposed | draft tokens taken per check |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip
     for name in workloads():
         lo, ln, xo, xn = (med(r[name]) for r in (llama_off["rates"], llama_on["rates"], lexi_off, lexi_on))
-        cells = f"{lo:.1f} | {ln:.1f} | {xo:.1f} | {xn:.1f} | {xn / xo:.2f}x | {xn / ln:.2f}x"
+        rate, taken = acceptance[name]
+        cells = (
+            f"{lo:.1f} | {ln:.1f} | {xo:.1f} | {xn:.1f} | {xn / xo:.2f}x | {xn / ln:.2f}x | {rate:.0%} | {taken:.2f}"
+        )
         lines.append(f"| {name} | {len(ids[name])} | {cells} |")
     table = "\n".join(lines)
     print(table)

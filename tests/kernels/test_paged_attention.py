@@ -47,13 +47,21 @@ class Case:
     scale: float
 
 
-def make_case(new: list[int], cached: list[int], shape: tuple[int, int, int], dtype: torch.dtype, q_gain: float = 1.0):
+def make_case(
+    new: list[int],
+    cached: list[int],
+    shape: tuple[int, int, int],
+    dtype: torch.dtype,
+    q_gain: float = 1.0,
+    shuffle: bool = True,
+):  # fmt: skip
+    """`shuffle` False: blocks in pool order (a lone sequence's are then consecutive), spare blocks after them."""
     group, n_kv, head_dim = shape
     gen = torch.Generator().manual_seed(1234 + 7 * group + n_kv + head_dim + len(new))
     lens = [n + c for n, c in zip(new, cached, strict=True)]
     counts = [-(-length // BLOCK_SIZE) for length in lens]
     pool = sum(counts) + 3  # spare blocks stay NaN
-    order = torch.randperm(pool, generator=gen).tolist()
+    order = torch.randperm(pool, generator=gen).tolist() if shuffle else list(range(pool))
     tables = [order[sum(counts[:s]) : sum(counts[: s + 1])] for s in range(len(lens))]
     k_cache = torch.full((pool, BLOCK_SIZE, n_kv, head_dim), float("nan"), dtype=dtype)
     v_cache = torch.full_like(k_cache, float("nan"))
@@ -244,6 +252,41 @@ def test_cpu_decode_attention_matches_reference(shape, window, dtype):
         assert max_error(got, reference32(case, window, 0.0), f"cpu decode {dtype} {cached}") < tol
 
 
+# Short steps (a speculative draft's rows checked in one step): 9, 1, 4, 16 and 2 new rows.
+SHORT_NEW = [9, 1, 4, 16, 2]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("window", [0, WINDOW], ids=["full", "window"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "g{}kv{}d{}".format(*s))
+def test_cpu_decode_attention_of_short_steps_matches_reference(shape, window, dtype):
+    """Steps where sequences add up to 16 rows each run as decode steps: every row attends to the keys before it
+    (causal within the step's rows), padded queries never reach the output. The padded batch, each sequence alone
+    through shuffled blocks, and alone through consecutive blocks (a view of the pool, no gather)."""
+    from lexi.kernels.paged_attention_cpu import DecodeBatch, decode_attention
+
+    tol = {torch.float32: 2e-5, torch.bfloat16: 2e-2}[dtype]
+    cases = [(SHORT_NEW, DECODE_CACHED, True)]
+    cases += [([n], [c], shuffle) for n, c in zip(SHORT_NEW, DECODE_CACHED, strict=True) for shuffle in (True, False)]
+    for new, cached, shuffle in cases:
+        case = make_case(new, cached, shape, dtype, shuffle=shuffle)
+        batch = DecodeBatch.build(case.meta, BLOCK_SIZE, frozenset({0, window}))
+        assert batch is not None and batch.rows == max(new)
+        got = decode_attention(case.q, case.k_cache, case.v_cache, batch, scale=case.scale, sliding_window=window)
+        assert got.dtype == dtype and got.shape == case.q.shape
+        assert max_error(got, reference32(case, window, 0.0), f"cpu short {dtype} {new} {cached}") < tol
+
+
+def test_decode_batch_takes_only_short_steps():
+    from lexi.kernels.paged_attention_cpu import SHORT_STEP_ROWS, DecodeBatch
+
+    shape = SHAPES[0]
+    for new, short in (([1, 1], True), ([SHORT_STEP_ROWS, 1], True), ([SHORT_STEP_ROWS + 1, 1], False),
+                       ([3, 0], False)):  # fmt: skip
+        case = make_case(new, [5, 7], shape, torch.float32)
+        assert (DecodeBatch.build(case.meta, BLOCK_SIZE, frozenset({0})) is not None) == short, new
+
+
 SINK_SHAPES = [(1, 2, 64), (4, 2, 64), (8, 1, 64)]  # gpt-oss: 64 heads over 8 KV heads of 64
 
 
@@ -267,12 +310,12 @@ def test_sinks_in_the_reference_the_cpu_decode_and_the_rowwise_paths(shape, wind
         assert max_error(got, want, f"ref sinks {new}") < TOL[torch.float32]
         got = attention_rowwise(case.q, case.k_cache, case.v_cache, case.meta, **kw)
         assert max_error(got, want, f"rowwise sinks {new}") < TOL[torch.float32]
-    for cached in (DECODE_CACHED, *([c] for c in DECODE_CACHED)):
-        case = make_case([1] * len(cached), cached, shape, torch.float32)
+    for new, cached in ((None, DECODE_CACHED), *((None, [c]) for c in DECODE_CACHED), (SHORT_NEW, DECODE_CACHED)):
+        case = make_case(new or [1] * len(cached), cached, shape, torch.float32)
         batch = DecodeBatch.build(case.meta, BLOCK_SIZE, frozenset({0, window}))
         got = decode_attention(case.q, case.k_cache, case.v_cache, batch, **{**kw, "scale": case.scale})
         want = dense_attention(case, window, 0.0, sinks)
-        assert max_error(got, want, f"cpu decode sinks {cached}") < TOL[torch.float32]
+        assert max_error(got, want, f"cpu decode sinks {new} {cached}") < TOL[torch.float32]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])

@@ -21,6 +21,7 @@ from tiny_gguf import TinySpec, small_vocab, write_tiny_gguf
 
 from lexi.engine.config import EngineConfig
 from lexi.engine.engine import Engine
+from lexi.engine.ngram import SpecConfig
 from lexi.engine.request import GenerationRequest
 from lexi.engine.sampling import SamplingParams
 from lexi.gguf.reader import read_gguf
@@ -79,30 +80,35 @@ def _prompts(seed: int) -> tuple[list[list[int]], list[int]]:
     return [first, draw(9), draw(23)], first[:32] + draw(6)
 
 
-def _serve(model, tokenizer, batch: list[list[int]], later: list[int]):
+def _serve(model, tokenizer, batch: list[list[int]], later: list[int], spec: SpecConfig | None = None,
+           params: SamplingParams = GREEDY):  # fmt: skip
     """Tokens of each request of `batch` (admitted together) and then of `later`, and `later`'s cached tokens.
 
     batch_size 20 cuts the long prompts into chunks that share steps with the other rows (mixed steps run the
     prefill kernel, steps of decode rows only the decode kernel; 20 rows and more take the GEMM, fewer the GEMV).
+    With `spec`, the engine's stats are returned too.
     """
-    engine = Engine(model, tokenizer, EngineConfig(parallel=4, ctx_size=64, batch_size=20, block_size=16))
+    config = EngineConfig(parallel=4, ctx_size=64, batch_size=20, block_size=16, spec=spec or SpecConfig())
+    engine = Engine(model, tokenizer, config)
     engine.start()
 
     async def collect(stream):
         return [d async for d in stream]
 
     async def run():
-        streams = engine.generate_many([GenerationRequest(p, GREEDY) for p in batch])
+        streams = engine.generate_many([GenerationRequest(p, params) for p in batch])
         together = await asyncio.gather(*(collect(s) for s in streams))
-        after = await collect(engine.generate(GenerationRequest(later, GREEDY)))
+        after = await collect(engine.generate(GenerationRequest(later, params)))
         return together, after
 
     try:
         together, after = asyncio.run(run())
+        stats = engine.stats.snapshot()
     finally:
         engine.shutdown()
     tokens = lambda deltas: [t for d in deltas for t in d.token_ids]  # noqa: E731
-    return [tokens(d) for d in together] + [tokens(after)], after[-1].cached_tokens
+    result = [tokens(d) for d in together] + [tokens(after)], after[-1].cached_tokens
+    return (*result, stats) if spec is not None else result
 
 
 @pytest.mark.parametrize("name", list(SPECS))
@@ -132,3 +138,23 @@ def test_triton_kernels_through_the_engine_match_the_reference(tiny_models, name
     span = float(expected.max() - expected.min())
     assert float((logits - expected).abs().max()) <= 1e-4 * span
     assert torch.equal(logits.argmax(-1), expected.argmax(-1))
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_speculation_on_the_triton_path_matches_the_reference(tiny_models, name):
+    """--spec ngram with --kernels triton: a draft's positions are extra query rows of the prefill kernel beside
+    decoding rows (and the GEMV/GEMM over GGUF blocks); greedy tokens equal the reference path's with speculation
+    off. The prompts repeat themselves so that drafts are proposed (a random model takes few of them; every check
+    still runs the multi-row step)."""
+    f = read_gguf(tiny_models[name])
+    tokenizer = Tokenizer.from_gguf(f)
+    ref = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="reference"))
+    tri = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="triton"))
+    batch, later = _prompts(seed=3 + len(name))
+    batch = [p[:12] * 3 for p in batch]  # every 2-gram of the prompt has a continuation to propose
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    want, want_cached = _serve(ref, tokenizer, batch, later, params=params)
+    got, got_cached, stats = _serve(tri, tokenizer, batch, later, SpecConfig("ngram", 4, 1), params)
+    assert got == want and got_cached == want_cached
+    assert stats["spec_steps_total"] > 0 and stats["spec_proposed_total"] > stats["spec_steps_total"]
+    assert stats["kv_blocks_used"] == 0
