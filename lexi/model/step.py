@@ -24,7 +24,7 @@ from lexi.model.rope import RopeCache, RopeTable
 class StepPlan:
     rope_global: RopeTable  # rotation of this step's positions for global-attention layers
     rope_local: RopeTable  # ... for sliding-window layers (gemma3's own base); == rope_global elsewhere
-    decode: DecodeBatch | None  # CPU decode steps (one new token per sequence): the shared attention plan
+    decode: DecodeBatch | None  # CPU decode steps (1 to SHORT_STEP_ROWS new rows a sequence): the attention plan
     deterministic: bool = False  # row-independent paths everywhere (see the module docstring)
 
     @classmethod
