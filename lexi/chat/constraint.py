@@ -26,6 +26,8 @@ from lexi.chat.counted_strings import CountedStrings, Run
 from lexi.chat.thought_budget import ForcedCloser, ThoughtWatch
 from lexi.held_back import held_back_length
 
+MAX_ROLLBACK = 64  # tokens a snapshot may be walked past and rolled back (--spec-max's largest draft)
+
 
 class CompiledIndex:
     """An outlines-core Index, a serial number that keys its masks, which of its states end the output, and how
@@ -79,8 +81,30 @@ class TurnConstraint:
         self._free_rest = False  # a container opened at a hole: nothing is restricted any more
         self._run: Run | None = None  # the counted string the guided phase is writing (counted_strings)
         self._thought = ThoughtWatch(plan.thought) if plan.thought is not None else None
+        self._guide_steps = 0  # tokens the current guide advanced (what a restore rolls back)
+        self._left_guides: dict[int, int] | None = None  # during a walk: guides left behind -> their steps
         self._enter(0)
         self._free_rest = not plan.phases  # only a thought budget holds the output
+
+    def snapshot(self) -> tuple:
+        """Where the walk is, to come back to with `restore` after advancing along a speculative draft (the engine
+        finds each draft position's mask that way). At most MAX_ROLLBACK tokens may be advanced in between."""
+        self._left_guides = {}
+        run = None if self._run is None else replace(self._run)
+        thought = None if self._thought is None else self._thought.copy()
+        return (self._left, self._phase, self._tail, self._started, self._free_rest, run, thought, self._guide,
+                self._compiled, self._guide_steps)  # fmt: skip
+
+    def restore(self, snapshot: tuple) -> None:
+        """Back to the `snapshot` (the guide of that moment rolled back to its state then)."""
+        left, phase, tail, started, free_rest, run, thought, guide, compiled, steps = snapshot
+        if guide is not None:
+            now = self._guide_steps if guide is self._guide else self._left_guides.get(id(guide), steps)
+            if now > steps:
+                guide.rollback_state(now - steps)
+        self._left, self._phase, self._tail, self._started, self._free_rest = left, phase, tail, started, free_rest
+        self._run, self._thought, self._guide, self._compiled, self._guide_steps = run, thought, guide, compiled, steps
+        self._left_guides = None
 
     def closing_distance(self) -> int:
         """Fewest tokens that finish what the plan demands from here (0 when the output may end now)."""
@@ -193,6 +217,7 @@ class TurnConstraint:
             return
         counted, before = self._compiled.counted, self._guide.get_state()
         self._guide.advance(token_id, False)  # ValueError for a token the mask did not allow: fails the request
+        self._guide_steps += 1
         self._started = True
         if counted is not None:
             self._run = counted.walk(before, self._vocab.token_bytes[token_id], self._run)
@@ -328,11 +353,13 @@ class TurnConstraint:
     def _enter(self, index: int) -> None:
         if index >= len(self._plan.phases) and self._plan.loop_from is not None:
             index = self._plan.loop_from
+        if self._left_guides is not None and self._guide is not None:
+            self._left_guides[id(self._guide)] = self._guide_steps
         self._phase, self._tail, self._started, self._guide, self._compiled = index, b"", False, None, None
-        self._run = None
+        self._run, self._guide_steps = None, 0
         if index < len(self._plan.phases) and isinstance(self._current, Guided):
             self._compiled = self._indexes[self._current.regex]
-            self._guide = Guide(self._compiled.index)
+            self._guide = Guide(self._compiled.index, max_rollback=MAX_ROLLBACK)
 
     def _held(self, marker: bytes) -> int:
         """Length of the longest end of the free text that is a proper prefix of the marker."""

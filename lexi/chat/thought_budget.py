@@ -49,6 +49,13 @@ class ThoughtWatch:
         self._text = b""  # "start": the output so far; "thinking": its end, while the closer may be completing
         self._used = 0  # thought tokens written, the one that opened it not counted
 
+    def copy(self) -> ThoughtWatch:
+        twin = ThoughtWatch.__new__(ThoughtWatch)
+        twin._budget, twin._state, twin._text, twin._closer, twin._used = (
+            self._budget, self._state, self._text, self._closer, self._used
+        )  # fmt: skip
+        return twin
+
     @property
     def thinking(self) -> bool:
         return self._state == "thinking"

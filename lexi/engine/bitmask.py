@@ -31,6 +31,9 @@ class CompiledMask:
     def allows_nothing(self) -> bool:
         return self.keep and self.ids.numel() == 0
 
+    def allows(self, token_id: int) -> bool:
+        return bool((self.ids == token_id).any()) == self.keep
+
 
 class TokenBitmask:
     def __init__(self, vocab_size: int, device: torch.device, cache_size: int = 512) -> None:

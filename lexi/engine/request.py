@@ -35,6 +35,10 @@ class TokenConstraint(Protocol):
     def is_finished(self) -> bool:
         """True once nothing but the end of output may follow: the request finishes with "stop"."""
 
+    # Optional, for speculation (not part of the runtime check): `snapshot() -> object` and `restore(snapshot)`,
+    # so the engine can walk the constraint along a draft to find each position's mask and come back
+    # (lexi.chat.constraint.TurnConstraint has them); a constraint without them takes no drafts.
+
 
 @dataclass(slots=True)
 class GenerationRequest:

@@ -76,6 +76,11 @@ class ModelRunner:
             first, count = layout[i]
             rows, draft, state = logits[first : first + count], scheduled[i].draft, states[i]
             try:
+                if state.draft_masks is not None:  # a constrained row: each position masked as the constraint says
+                    masks, state.draft_masks = state.draft_masks, None
+                    if len(masks) != len(draft) + 1:
+                        raise RuntimeError("a constrained draft's masks do not match its tokens")
+                    self.sampler.mask_draft_rows(rows, masks)
                 if state.simple_greedy:
                     results[i] = verify_greedy(rows, draft, state)
                 else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lexi.engine.bitmask import TokenBitmask
+from lexi.engine.bitmask import CompiledMask, TokenBitmask
 from lexi.engine.request import TokenConstraint, TokenLogprob
 from lexi.engine.sampling import SamplingParams
 
@@ -32,6 +32,9 @@ class SamplerState:
     seed: int = field(init=False)
     generator: torch.Generator | None = field(init=False, default=None)
     output_counts: Counter[int] = field(init=False, default_factory=Counter)
+    # A constrained row's draft: the constraint's mask at each of its positions (the one after the draft included),
+    # found by walking the constraint along the draft before the step (Engine._propose); None without one.
+    draft_masks: list[CompiledMask] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         seed = self.params.seed if self.params.seed is not None else secrets.randbits(63)
@@ -74,6 +77,21 @@ class Sampler:
         if self._masks is None or self._masks.device != logits.device:
             self._masks = TokenBitmask(logits.shape[-1], logits.device)
         return self._masks
+
+    def constraint_mask(self, constraint: TokenConstraint, device: torch.device) -> CompiledMask | None:
+        """The compiled mask of the constraint's next step (None when it restricts nothing); raises what the
+        constraint raises."""
+        if self._masks is None or self._masks.device != device:
+            self._masks = TokenBitmask(self.vocab_size, device)
+        key = constraint.mask_key()
+        return None if key is None else self._masks.compiled(key, constraint.fill_mask)
+
+    @staticmethod
+    def mask_draft_rows(rows: torch.Tensor, masks: Seq[CompiledMask | None]) -> None:
+        """A constrained draft's logits rows, each masked (in place) by the constraint at its position."""
+        for row, mask in zip(rows, masks, strict=False):
+            if mask is not None:
+                TokenBitmask.apply(row, mask)
 
     def sample(
         self, logits: torch.Tensor, states: Seq[SamplerState], histories: Seq[list[int]]
