@@ -10,9 +10,11 @@ usage, since a chunk carries every token its step took), streamed,
 median of --reps. llama.cpp runs with its defaults except what prompt lookup needs: `logits_all=True`
 (else its score buffer overflows past n_batch) and `draft_model=LlamaPromptLookupDecoding(num_pred_tokens=K)`.
 
-    .venv/bin/python bench/spec.py [--model smollm2-135m-instruct] [--reps 3] [--spec-max 8] [--no-append]
+    .venv/bin/python bench/spec.py [--model smollm2-135m-instruct] [--reps 3] [--spec-max 8] [--streams 4]
+        [--no-append]
 
-Prints the table and appends it, with date, commit and machine, to bench/RESULTS.md.
+`--streams N` adds LexiEngine rows for N concurrent copies of each workload, with and without (output tok/s over
+the wall time). Prints the table and appends it, with date, commit and machine, to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -190,12 +192,39 @@ def run_lexi(path: str, spec: bool, spec_max: int, ids: dict, reps: int) -> tupl
     return rates, acceptance
 
 
+def streams_rate(server: LexiServer, ids: list[int], n: int, streams: int) -> float:
+    """Output tok/s of `streams` copies of one greedy completion run together (every token over the wall time)."""
+    import concurrent.futures
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(streams) as pool:
+        counts = [c for _, c in pool.map(lambda _: lexi_rate(server, ids, n), range(streams))]
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def run_lexi_streams(path: str, spec: bool, spec_max: int, ids: dict, reps: int, streams: int) -> dict:
+    """workload -> output tok/s of `streams` concurrent copies (a server with that many slots)."""
+    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ()
+    server = LexiServer(Path(path), extra, ctx=CTX, parallel=streams)
+    rates: dict[str, list[float]] = {}
+    try:
+        for name, (_, n) in workloads().items():
+            for rep in range(reps + 1):
+                rate = streams_rate(server, ids[name], n, streams)
+                if rep > 0:
+                    rates.setdefault(name, []).append(rate)
+    finally:
+        server.close()
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--spec-max", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--streams", type=int, default=4, help="concurrent copies for the batched rows (0: none)")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
@@ -224,6 +253,21 @@ def main() -> None:
             f"{lo:.1f} | {ln:.1f} | {xo:.1f} | {xn:.1f} | {xn / xo:.2f}x | {xn / ln:.2f}x | {rate:.0%} | {taken:.2f}"
         )
         lines.append(f"| {name} | {len(ids[name])} | {cells} |")
+    if args.streams > 0:
+        off = run_lexi_streams(path, False, args.spec_max, ids, args.reps, args.streams)
+        on = run_lexi_streams(path, True, args.spec_max, ids, args.reps, args.streams)
+        lines += [
+            "",
+            f"{args.streams} concurrent copies of each workload (`--parallel {args.streams}`), output tok/s over the "
+            "wall time, LexiEngine alone (llama-cpp-python serves one stream):",
+            "",
+            "| workload | lexi off | lexi --spec ngram | on/off |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for name in workloads():
+            lines.append(
+                f"| {name} | {med(off[name]):.1f} | {med(on[name]):.1f} | {med(on[name]) / med(off[name]):.2f}x |"
+            )
     table = "\n".join(lines)
     print(table)
     if not args.no_append:

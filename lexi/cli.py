@@ -102,11 +102,11 @@ def _json_object(ctx, param, value):
 )
 @click.option(
     "--spec",
-    type=click.Choice(["off", "ngram"]),
+    type=click.Choice(["off", "ngram", "draft"]),
     default="off",
     show_default=True,
     help="Speculative decoding: ngram proposes the continuation of the last tokens' earlier occurrence in the "
-    "prompt + output, checked in one step (requests without an output constraint; output unchanged).",
+    "prompt + output, draft what --model-draft writes; checked in one step (output unchanged).",
 )
 @click.option(
     "--spec-max", type=click.IntRange(1, 64), default=8, show_default=True, help="Tokens proposed at most per step."
@@ -117,6 +117,19 @@ def _json_object(ctx, param, value):
     default=2,
     show_default=True,
     help="Shortest suffix whose earlier occurrence --spec ngram trusts.",
+)
+@click.option(
+    "--model-draft",
+    default=None,
+    help="With --spec draft: a smaller GGUF (path or bundled name) with the served model's vocabulary that "
+    "proposes the drafts.",
+)
+@click.option(
+    "--spec-p-min",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.8,
+    show_default=True,
+    help="--spec draft: a draft stops before a token the draft model gives less probability than this.",
 )
 @click.option(
     "--constraint-timeout",
@@ -183,6 +196,7 @@ def serve_command(**opts) -> None:
     from lexi.http.ops.auth import read_key_file
     from lexi.http.ops.config import SamplingDefaults, ServerConfig
     from lexi.http.ops.logs import configure_logging
+    from lexi.http.state import DraftModelError
     from lexi.http.tornado.server import ListenError, serve
 
     configure_logging(opts["log_format"])
@@ -223,7 +237,9 @@ def serve_command(**opts) -> None:
             ctx_size=opts["ctx_size"],
             batch_size=opts["batch_size"],
             queue_wait=opts["queue_wait"],
-            spec=SpecConfig(opts["spec"], opts["spec_max"], opts["spec_min_match"]),
+            spec=SpecConfig(
+                opts["spec"], opts["spec_max"], opts["spec_min_match"], opts["model_draft"], opts["spec_p_min"]
+            ),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -249,6 +265,8 @@ def serve_command(**opts) -> None:
         raise click.ClickException(str(exc)) from None
     except GGUFError as exc:  # before anything listens: the file -m names cannot be served
         raise click.BadParameter(str(exc), param_hint="'-m' / '--model'") from None
+    except DraftModelError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model-draft") from None
     except ListenError as exc:
         raise click.BadParameter(exc.message, param_hint=exc.option) from None
     raise SystemExit(code)

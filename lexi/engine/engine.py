@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from lexi.engine.config import EngineConfig
+from lexi.engine.draft_model import DraftCursor, DraftProposer, DraftRow
 from lexi.engine.errors import ContextOverflow, EngineBusy
 from lexi.engine.ngram import NgramIndex
 from lexi.engine.output import OutputProcessor
@@ -46,6 +47,7 @@ class _Stream:
     first_token: float | None = None
     prompt_logprobs: list = field(default_factory=list)  # gathered chunk by chunk, sent with the first token
     ngram: NgramIndex | None = None  # where its tokens occur, for speculation's proposals (made on first use)
+    draft_cursor: DraftCursor | None = None  # what the draft model has computed of it (--spec draft)
 
     def push(self, item: CompletionDelta | BaseException) -> None:
         try:
@@ -57,12 +59,21 @@ class _Stream:
 class Engine:
     """Serves GenerationRequests with continuous batching over one model and its paged KV cache."""
 
-    def __init__(self, model, tokenizer, config: EngineConfig) -> None:
+    def __init__(self, model, tokenizer, config: EngineConfig, draft_model=None) -> None:
+        """`draft_model`: the model that proposes drafts, with --spec draft (and only then): its vocabulary must be
+        the target's (the caller checks the files' tokens)."""
+        if (config.spec.method == "draft") != (draft_model is not None):
+            raise ValueError("a draft model is given exactly when spec.method is 'draft'")
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
         self.scheduler = Scheduler(config)
         self.runner = ModelRunner(model, config)
+        self.drafter = None
+        if draft_model is not None:
+            vocab = min(tokenizer.vocab_size, model.args.vocab_size, draft_model.args.vocab_size)
+            self.drafter = DraftProposer(draft_model, config.num_blocks, config.block_size, config.batch_size, vocab,
+                                         config.spec.p_min)  # fmt: skip
         self.stats = EngineStats(
             slots_total=config.parallel, kv_blocks_total=config.num_blocks, kv_blocks_free=config.num_blocks
         )
@@ -227,24 +238,82 @@ class Engine:
         self._update_gauges()
 
     def _propose(self) -> None:
-        """Drafts for the decoding sequences that may take them (lexi.engine.ngram), checked in the next step.
+        """Drafts for the decoding sequences that may take them, checked in the next step: prompt lookup
+        (lexi.engine.ngram) or the draft model's (lexi.engine.draft_model, every sequence in the same passes).
 
-        A request with an output constraint is not offered one (its mask for a later position depends on the
-        tokens before it, which the constraint cannot take back); a draft never reaches past max_tokens."""
+        A constrained request's draft is walked through its constraint first (which must be able to come back:
+        `snapshot`/`restore`): it keeps the prefix the constraint allows, short of a token that would finish the
+        output, and the masks of every position go with it, so the check applies each position's own mask. A
+        draft never reaches past max_tokens."""
         spec = self.config.spec
+        wanted: list[tuple[Sequence, int]] = []
         for seq in self.scheduler.running:
             stream: _Stream = seq.payload
-            if seq.prefilling or stream.request.constraint is not None:
-                continue
-            if not stream.request.params.speculative:
+            seq.draft, stream.sampler.draft_masks = [], None
+            if seq.prefilling or not stream.request.params.speculative:
                 continue
             room = seq.max_tokens - seq.num_output - 1
             if room < 1:
                 continue
-            if stream.ngram is None:
-                stream.ngram = NgramIndex()
-            stream.ngram.sync(seq.token_ids)
-            seq.draft = stream.ngram.propose(min(spec.max_tokens, room), spec.min_match)
+            constraint = stream.request.constraint
+            if constraint is not None and (self.runner.sampler is None or not hasattr(constraint, "snapshot")):
+                continue
+            wanted.append((seq, min(spec.max_tokens, room)))
+        if not wanted:
+            return
+        if self.drafter is not None:
+            rows = []
+            for seq, limit in wanted:
+                stream = seq.payload
+                if stream.draft_cursor is None:
+                    stream.draft_cursor = DraftCursor()
+                # room for the draft model's K/V of the draft tokens it feeds (the step's own need, met early)
+                self.scheduler.blocks.ensure_capacity(seq, len(seq.token_ids) + limit)
+                rows.append(DraftRow(seq.token_ids, seq.block_table, stream.draft_cursor, limit, stream.sampler.banned))
+            try:
+                drafts = self.drafter.propose(rows)
+            except Exception:  # the draft model broke: this step decodes without drafts, and it starts afresh
+                log.exception("the draft model's proposal failed")
+                for seq, _ in wanted:
+                    seq.payload.draft_cursor = None
+                return
+        else:
+            drafts = []
+            for seq, limit in wanted:
+                stream = seq.payload
+                if stream.ngram is None:
+                    stream.ngram = NgramIndex()
+                stream.ngram.sync(seq.token_ids)
+                drafts.append(stream.ngram.propose(limit, spec.min_match))
+        for (seq, _), draft in zip(wanted, drafts, strict=True):
+            constraint = seq.payload.request.constraint
+            if draft and constraint is not None:
+                draft, seq.payload.sampler.draft_masks = self._constrained_draft(constraint, draft)
+            seq.draft = draft
+
+    def _constrained_draft(self, constraint, draft: list[int]) -> tuple[list[int], list | None]:
+        """The prefix of `draft` the constraint allows, and its mask at each position (the one after it too); the
+        constraint is walked along it and brought back."""
+        sampler, masks = self.runner.sampler, []
+        snapshot = constraint.snapshot()
+        try:
+            for token in draft:
+                mask = sampler.constraint_mask(constraint, self.runner.device)
+                if mask is not None and (mask.allows_nothing or not mask.allows(token)):
+                    break
+                constraint.advance(token)
+                if constraint.is_finished():  # the closing token is left to the step's own pick
+                    break
+                masks.append(mask)
+            else:
+                masks.append(sampler.constraint_mask(constraint, self.runner.device))
+                return draft, masks
+            masks.append(mask)
+            return draft[: len(masks) - 1], masks if len(masks) > 1 else None
+        except Exception:  # a token the constraint refuses: no draft (the step samples as usual)
+            return [], None
+        finally:
+            constraint.restore(snapshot)
 
     def _run_batch(self, scheduled: list[ScheduledSeq]) -> None:
         try:

@@ -13,21 +13,34 @@ from dataclasses import dataclass
 LONGEST_MATCH = 8  # longer suffixes rarely decide more than an 8-token one does, and each costs a scan
 
 
+SPEC_METHODS = ("off", "ngram", "draft")
+DEFAULT_P_MIN = 0.8  # llama.cpp's --draft-p-min
+
+
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
-    """`--spec`, `--spec-max`, `--spec-min-match`: what speculation proposes, at most how many tokens a step."""
+    """`--spec`, `--spec-max`, `--spec-min-match`, `--model-draft`, `--spec-p-min`: what speculation proposes, at
+    most how many tokens a step."""
 
-    method: str = "off"  # "off" | "ngram"
+    method: str = "off"  # "off" | "ngram" (prompt lookup) | "draft" (a smaller model, lexi.engine.draft_model)
     max_tokens: int = 8  # tokens proposed at most per sequence and step
-    min_match: int = 2  # the shortest suffix whose earlier occurrence is trusted
+    min_match: int = 2  # the shortest suffix whose earlier occurrence is trusted (ngram)
+    model_draft: str | None = None  # the draft model's GGUF (a path or a bundled name), with method "draft"
+    p_min: float = DEFAULT_P_MIN  # a draft model's draft stops before a token it gives less probability than this
 
     def __post_init__(self) -> None:
-        if self.method not in ("off", "ngram"):
-            raise ValueError(f"spec must be 'off' or 'ngram', got {self.method!r}")
+        if self.method not in SPEC_METHODS:
+            raise ValueError(f"spec must be one of {', '.join(SPEC_METHODS)}, got {self.method!r}")
         if not 1 <= self.max_tokens <= 64:
             raise ValueError(f"spec_max must be in [1, 64], got {self.max_tokens}")
         if not 1 <= self.min_match <= LONGEST_MATCH:
             raise ValueError(f"spec_min_match must be in [1, {LONGEST_MATCH}], got {self.min_match}")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"spec_p_min must be in [0, 1], got {self.p_min}")
+        if (self.method == "draft") != (self.model_draft is not None):
+            raise ValueError("--spec draft and --model-draft go together: the draft model proposes the drafts")
+        if self.method != "draft" and self.p_min != DEFAULT_P_MIN:
+            raise ValueError("--spec-p-min is for --spec draft: prompt lookup has no probabilities to stop at")
 
     @property
     def enabled(self) -> bool:

@@ -47,6 +47,7 @@ class ServerState:
     names: ModelNames
     template: ChatTemplate
     extra_stop: tuple[str, ...] = ()  # stop strings the template implies (ChatML default on a foreign vocabulary)
+    draft_gguf: Any = None  # --spec draft: the draft model's file (lexi.gguf.reader.GGUFFile), its vocabulary checked
     fingerprint: str = ""  # system_fingerprint: this build and this model file
     created: int = field(default_factory=lambda: int(time.time()))
     runtime: Runtime | None = None
@@ -114,6 +115,9 @@ def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_confi
     _warn_past_trained_context(gguf_file, engine_config.ctx_size)
     tokens = gguf_file.metadata.get("tokenizer.ggml.tokens") or []
     extra_stop = (CHATML_STOP,) if template.source == CHATML_TEMPLATE and CHATML_STOP not in tokens else ()
+    draft = None
+    if engine_config.spec.model_draft is not None:
+        draft = read_draft_model(engine_config.spec.model_draft, gguf_file)
     state = ServerState(
         config=config,
         sampling=sampling,
@@ -123,8 +127,36 @@ def prepare_state(config: ServerConfig, sampling: SamplingDefaults, engine_confi
         template=template,
         extra_stop=extra_stop,
         fingerprint=fingerprint(path),
+        draft_gguf=draft,
     )
     return state, gguf_file
+
+
+class DraftModelError(ValueError):
+    """--model-draft names a file that cannot draft for the served model."""
+
+
+def read_draft_model(name: str, target):
+    """The draft model's GGUF, refused unless its vocabulary is the served model's token for token (a draft is
+    token ids: with another vocabulary they would mean other text). Raises DraftModelError."""
+    from lexi.gguf.bundled import resolve_model
+    from lexi.gguf.errors import GGUFError
+    from lexi.gguf.reader import read_gguf
+
+    try:
+        draft = read_gguf(resolve_model(name))
+    except (GGUFError, OSError, ValueError) as exc:
+        raise DraftModelError(str(exc)) from None
+    ours = target.metadata.get("tokenizer.ggml.tokens") or []
+    theirs = draft.metadata.get("tokenizer.ggml.tokens") or []
+    if list(ours) != list(theirs):
+        pairs = enumerate(zip(ours, theirs, strict=False))
+        differ = next((i for i, (a, b) in pairs if a != b), min(len(ours), len(theirs)))
+        raise DraftModelError(
+            f"its vocabulary is not the served model's ({len(theirs)} tokens against {len(ours)}, first difference "
+            f"at token {differ}): a draft model must share the tokenizer"
+        )
+    return draft
 
 
 def _warn_past_trained_context(gguf_file, ctx_size: int) -> None:
@@ -166,7 +198,11 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
             weights_started = time.monotonic()
             model = load_model(gguf_file, load_config, progress=state.config.log_format == "text")
             log.info("weights loaded in %.1f s", time.monotonic() - weights_started)
-            engine = Engine(model, tokenizer, state.engine_config)
+            draft_model = None
+            if state.draft_gguf is not None:
+                draft_model = load_model(state.draft_gguf, load_config)
+                log.info("draft model loaded (%d layers) for --spec draft", draft_model.args.n_layers)
+            engine = Engine(model, tokenizer, state.engine_config, draft_model)
             cfg = state.engine_config
             log.info("%s", memory_report(model, engine.runner.kv_cache).line(cfg.parallel, cfg.ctx_size))
             engine.start()

@@ -4,8 +4,9 @@ A decode step of a small model is mostly fixed cost per op: measured on 2 cores,
 13.3 ms a token through the nn.Module tree against 8.6 ms for the same ops in one function over plain tensors
 (module calls, attribute lookups, shape checks and no-op casts add up over ~1500 calls a token). So steps where
 every sequence adds one token, or a few (a speculative draft's positions; paged_attention_cpu.DecodeBatch), run
-here when every layer's matmuls are on the CPU kernels; every other step runs the modules. Both paths share the math helpers (`rms_norm`, `apply_rope`, `cpu_qmatmul`, `decode_attention`), so a
-row's result is the same either way, and tests/model/test_fidelity.py holds both to the float32 path.
+here when every layer's matmuls are on the CPU kernels; every other step runs the modules. Both paths share the
+math helpers (`rms_norm`, `apply_rope`, `cpu_qmatmul`, `decode_attention`), so a row's result is the same either
+way, and tests/model/test_fidelity.py holds both to the float32 path.
 A mixture-of-experts layer's FFN (`MoEFFN`) is called as the module it is: its router and the fused MoE do their
 own work per step, and the loop's overhead is small beside it.
 """

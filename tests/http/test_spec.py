@@ -82,3 +82,107 @@ def test_a_json_answer_is_valid_with_speculation_on(spec_servers):
         response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
     )
     assert isinstance(json.loads(reply.choices[0].message.content)["name"], str)
+
+
+RECORD = {
+    "id": "call_7f3a",
+    "status": "ok",
+    "items": [{"sku": "A-001", "name": "widget one", "stock": 10}, {"sku": "A-002", "name": "widget two", "stock": 20}],
+}
+RECORD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "status": {"type": "string"},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "name": {"type": "string"}, "stock": {"type": "integer"}},
+                "required": ["sku", "name", "stock"],
+            },
+        },
+    },
+    "required": ["id", "status", "items"],
+}
+ECHO = [{"role": "user", "content": "Repeat this JSON exactly:\n" + json.dumps(RECORD)}]
+
+
+def test_constrained_answers_take_drafts_and_keep_their_text(spec_servers):
+    """A json_schema answer and a forced tool call echoing JSON from the prompt: drafts are checked against each
+    position's own constraint mask, so the text is the text without speculation (both --deterministic), valid,
+    in fewer steps."""
+    on, off = spec_servers["on"], spec_servers["off"]
+    tool = {"type": "function", "function": {"name": "save", "parameters": RECORD_SCHEMA}}
+    answer_format = {"type": "json_schema", "json_schema": {"name": "r", "schema": RECORD_SCHEMA}}
+    asks = {
+        "json_schema": {"response_format": answer_format},
+        "forced call": {"tools": [tool], "tool_choice": {"type": "function", "function": {"name": "save"}}},
+    }
+    for label, extra in asks.items():
+        replies, checks = {}, {}
+        for name, server in (("on", on), ("off", off)):
+            before = server.metric("lexi_spec_accepted_tokens")
+            reply = client_of(server).chat.completions.create(
+                model="m", messages=ECHO, max_tokens=120, temperature=0, **extra
+            )
+            replies[name], checks[name] = reply.choices[0], server.metric("lexi_spec_accepted_tokens") - before
+        got, want = replies["on"], replies["off"]
+        if label == "json_schema":
+            assert got.message.content == want.message.content, label
+            text = got.message.content
+        else:
+            assert got.finish_reason == want.finish_reason == "tool_calls", label
+            assert [c.function.arguments for c in got.message.tool_calls] == [
+                c.function.arguments for c in want.message.tool_calls
+            ], label
+            text = got.message.tool_calls[0].function.arguments
+        parsed = json.loads(text)
+        assert set(parsed) == {"id", "status", "items"}, (label, text)
+        assert checks["off"] == 0 and checks["on"] > 0, (label, checks)
+
+
+def test_a_draft_model_server_gives_the_same_text():
+    """--spec draft --model-draft: SmolLM2 drafting for itself (no smaller model with its vocabulary is bundled),
+    both --deterministic: the text of the server without speculation, checks taking several tokens."""
+    server = Server("--alias", "m", "--spec", "draft", "--model-draft", "smollm2-135m-instruct", "--deterministic")
+    server.launch()
+    try:
+        server.wait_ready()
+        question = [{"role": "user", "content": "Name three rivers of Europe."}]
+        reply = client_of(server).chat.completions.create(model="m", messages=question, max_tokens=40, temperature=0)
+        accepted, checks = server.metric("lexi_spec_accepted_tokens"), server.metric("lexi_spec_verify_rows")
+        proposed = server.metric("lexi_spec_proposed_tokens")
+    finally:
+        server.stop()
+    off = Server("--alias", "m", "--deterministic")
+    off.launch()
+    try:
+        off.wait_ready()
+        want = client_of(off).chat.completions.create(model="m", messages=question, max_tokens=40, temperature=0)
+    finally:
+        off.stop()
+    assert reply.choices[0].message.content == want.choices[0].message.content
+    # the draft model is the served model: what it proposes (past --spec-p-min) is what the check takes
+    assert checks > 0 and accepted > checks and accepted >= 0.9 * proposed, (checks, accepted, proposed)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--spec", "draft"], "--model-draft"),
+        (["--model-draft", "smollm2-135m-instruct"], "--model-draft"),
+        (["--spec", "draft", "--model-draft", "gemma3-270m"], "vocabulary"),
+        (["--spec", "draft", "--model-draft", "/nonexistent/draft.gguf"], "--model-draft"),
+        (["--spec", "draft", "--model-draft", "smollm2-135m-instruct", "--spec-p-min", "1.5"], "--spec-p-min"),
+        (["--spec", "ngram", "--spec-p-min", "0.5"], "--spec-p-min"),
+    ],
+)
+def test_a_draft_model_that_cannot_draft_is_refused_before_listening(args, says):
+    import subprocess
+
+    from server_process import LEXI
+
+    run = subprocess.run([LEXI, "serve", "--port", "0", *args], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert says in run.stderr and "listening" not in run.stdout, run.stderr
