@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from lexi.engine.config import EngineConfig
 from lexi.engine.draft_model import DraftCursor, DraftProposer, DraftRow
 from lexi.engine.errors import ContextOverflow, EngineBusy
-from lexi.engine.ngram import NgramIndex
+from lexi.engine.ngram import DraftPace, NgramIndex
 from lexi.engine.output import OutputProcessor
 from lexi.engine.request import CompletionDelta, GenerationRequest
 from lexi.engine.runner import ModelRunner
@@ -48,6 +48,7 @@ class _Stream:
     prompt_logprobs: list = field(default_factory=list)  # gathered chunk by chunk, sent with the first token
     ngram: NgramIndex | None = None  # where its tokens occur, for speculation's proposals (made on first use)
     draft_cursor: DraftCursor | None = None  # what the draft model has computed of it (--spec draft)
+    pace: DraftPace = field(default_factory=DraftPace)  # how long its drafts may be, by how they fared
 
     def push(self, item: CompletionDelta | BaseException) -> None:
         try:
@@ -258,7 +259,9 @@ class Engine:
             constraint = stream.request.constraint
             if constraint is not None and (self.runner.sampler is None or not hasattr(constraint, "snapshot")):
                 continue
-            wanted.append((seq, min(spec.max_tokens, room)))
+            limit = stream.pace.limit(spec.max_tokens)
+            if limit:
+                wanted.append((seq, min(limit, room)))
         if not wanted:
             return
         if self.drafter is not None:
@@ -339,6 +342,7 @@ class Engine:
                 self.stats.spec_proposed_total += len(item.draft)
                 self.stats.spec_accepted_total += len(result) - 1
                 self.stats.spec_steps_total += 1
+                item.seq.payload.pace.checked(len(item.draft), len(result) - 1)
             self._deliver(item.seq, result, now)
 
     def _deliver(self, seq: Sequence, results: list[SampleResult], now: float) -> None:

@@ -106,3 +106,26 @@ def test_a_stop_inside_an_accepted_draft_ends_there(smollm2_deterministic):
     assert on == off and on_deltas[0][-1].finish_reason == off_deltas[0][-1].finish_reason == "stop"
     assert on_deltas[0][-1].completion_tokens == off_deltas[0][-1].completion_tokens == len(off[0])
     assert "".join(d.text for d in on_deltas[0]) == "".join(d.text for d in off_deltas[0])
+
+
+def test_drafts_lengthen_when_taken_and_pause_when_refused():
+    from lexi.engine.ngram import DraftPace
+
+    pace = DraftPace()
+    assert pace.limit(8) == 8
+    pace.checked(8, 3)  # cut short: one more than was taken
+    assert pace.limit(8) == 4
+    pace.checked(4, 4)  # taken whole: twice as long, up to --spec-max
+    assert pace.limit(8) == 8
+    pace.checked(8, 0)  # nothing taken: one step without a draft
+    assert pace.limit(8) == 0 and pace.limit(8) == 1
+    pace.checked(1, 0)  # again: two steps
+    assert [pace.limit(8) for _ in range(3)] == [0, 0, 1]
+    for _ in range(8):
+        pace.checked(1, 0)
+        while pace.limit(8) == 0:
+            pass
+    pace.checked(1, 0)
+    assert sum(pace.limit(8) == 0 for _ in range(17)) == 16  # the wait stops growing at 16 steps
+    pace.checked(1, 1)
+    assert pace.limit(8) == 2
