@@ -343,6 +343,8 @@ class Engine:
                 self.stats.spec_accepted_total += len(result) - 1
                 self.stats.spec_steps_total += 1
                 item.seq.payload.pace.checked(len(item.draft), len(result) - 1)
+                item.seq.draft_proposed += len(item.draft)
+                item.seq.draft_taken += len(result) - 1
             self._deliver(item.seq, result, now)
 
     def _deliver(self, seq: Sequence, results: list[SampleResult], now: float) -> None:
@@ -397,7 +399,13 @@ class Engine:
     def _emit(self, seq: Sequence, delta: CompletionDelta) -> None:
         """Stamp the running usage counts on the event and send it."""
         stream: _Stream = seq.payload
-        counts = {"prompt_tokens": seq.num_prompt, "completion_tokens": seq.num_output, "cached_tokens": seq.num_cached}
+        counts = {
+            "prompt_tokens": seq.num_prompt,
+            "completion_tokens": seq.num_output,
+            "cached_tokens": seq.num_cached,
+            "draft_proposed": seq.draft_proposed,
+            "draft_taken": seq.draft_taken,
+        }
         stream.push(dataclasses.replace(delta, **counts))
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:

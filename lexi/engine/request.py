@@ -69,5 +69,7 @@ class CompletionDelta:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    draft_proposed: int = 0  # speculation's draft tokens checked for this request so far (--spec)
+    draft_taken: int = 0  # ... and taken
     prompt_logprobs: tuple[TokenLogprob | None, ...] = ()  # on the first event, when asked: None for the first token
     stop_string: str | None = None  # on the last event: the stop string that ended the output, if one did

@@ -38,6 +38,8 @@ class Sequence:
     awaiting_leader: bool = False  # matches the prefix cache once the leader has prefilled (or left)
     prompt_logprobs_top: int | None = None  # the prompt's logprobs are wanted, with this many alternatives
     draft: list[int] = field(default_factory=list)  # tokens proposed after the last one, checked next step
+    draft_proposed: int = 0  # draft tokens checked for this sequence so far
+    draft_taken: int = 0  # ... and taken
 
     @property
     def wants_prompt_logits(self) -> bool:

@@ -47,6 +47,11 @@ class Route:
         """(prompt, completion) tokens for the access log; None when the route generates nothing."""
         return None
 
+    @property
+    def access_drafts(self) -> tuple[int, int] | None:
+        """(proposed, taken) draft tokens for the access log; None when nothing was speculated."""
+        return None
+
     # ---- what a transport calls ----
 
     async def run(self) -> Reply:

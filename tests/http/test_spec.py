@@ -186,3 +186,23 @@ def test_a_draft_model_that_cannot_draft_is_refused_before_listening(args, says)
     run = subprocess.run([LEXI, "serve", "--port", "0", *args], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2, run.stderr
     assert says in run.stderr and "listening" not in run.stdout, run.stderr
+
+
+def test_the_access_line_counts_a_requests_drafts(spec_servers):
+    import re
+
+    server = spec_servers["on"]
+    before = [server.metric(m) for m in ("lexi_spec_proposed_tokens", "lexi_spec_accepted_tokens")]
+    client_of(server).chat.completions.create(
+        model="m", messages=COPY, max_tokens=40, temperature=0, extra_headers={"X-Request-Id": "spec-access-1"}
+    )
+    after = [server.metric(m) for m in ("lexi_spec_proposed_tokens", "lexi_spec_accepted_tokens")]
+    line = next(line for line in server.output().splitlines() if "id=spec-access-1" in line)
+    taken, proposed = map(int, re.search(r" drafts=(\d+)/(\d+)", line).groups())
+    assert proposed == after[0] - before[0] > 0 and taken == after[1] - before[1] > 0, line
+    off = spec_servers["off"]
+    client_of(off).chat.completions.create(
+        model="m", messages=COPY, max_tokens=4, temperature=0, extra_headers={"X-Request-Id": "spec-access-2"}
+    )
+    line = next(line for line in off.output().splitlines() if "id=spec-access-2" in line)
+    assert "drafts=" not in line and "tokens=" in line

@@ -58,6 +58,13 @@ class GenerationRoute(Route):
             return None
         return (sum(x.prompt_tokens for x in seen), sum(x.completion_tokens for x in seen))
 
+    @property
+    def access_drafts(self) -> tuple[int, int] | None:
+        """Speculation's draft tokens checked and taken over the choices; None when none was checked."""
+        seen = [last for last in self.stream.last if last is not None] if self.stream is not None else []
+        proposed = sum(x.draft_proposed for x in seen)
+        return (proposed, sum(x.draft_taken for x in seen)) if proposed else None
+
     def stop_for_shutdown(self, error: ApiError) -> None:
         """Past --shutdown-timeout: end this request with `error` (a 503, or an error frame mid-stream)."""
         self.stream.stop(error)

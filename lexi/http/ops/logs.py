@@ -81,8 +81,10 @@ def log_access(
     status: int,
     latency_s: float,
     tokens: tuple[int, int] | None,
+    drafts: tuple[int, int] | None = None,
 ) -> None:
-    """One line per answered request: text for people, the same facts as fields for JSON."""
+    """One line per answered request: text for people, the same facts as fields for JSON. `drafts`: speculation's
+    (proposed, taken) draft tokens, when any was checked."""
     latency_ms = round(1000.0 * latency_s, 2)
     fields = {
         "request_id": request_id,
@@ -94,7 +96,10 @@ def log_access(
         "prompt_tokens": tokens[0] if tokens else None,
         "completion_tokens": tokens[1] if tokens else None,
         "remote_ip": remote_ip,
+        "draft_proposed": drafts[0] if drafts else None,
+        "draft_taken": drafts[1] if drafts else None,
     }
     usage = f" tokens={tokens[0]}+{tokens[1]}" if tokens else ""
+    usage += f" drafts={drafts[1]}/{drafts[0]}" if drafts else ""
     message = f"{status} {method} {path} ({remote_ip}) {latency_ms:.2f}ms id={request_id}{usage}"
     logging.getLogger(ACCESS_LOGGER).log(access_level(status), message, extra={"fields": fields})

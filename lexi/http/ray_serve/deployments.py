@@ -92,6 +92,7 @@ def _access(route: Route, request: Request, status: int) -> None:
         status=status,
         latency_s=time.monotonic() - request.received,
         tokens=route.access_tokens,
+        drafts=route.access_drafts,
     )
 
 

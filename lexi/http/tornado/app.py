@@ -116,6 +116,7 @@ def _access_line(handler: tornado.web.RequestHandler) -> None:
         status=handler.get_status(),
         latency_s=request.request_time(),
         tokens=route.access_tokens if route is not None else None,
+        drafts=route.access_drafts if route is not None else None,
     )
 
 
