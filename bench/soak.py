@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -165,6 +166,9 @@ async def soak(cfg: SoakConfig, url: str, key: str | None) -> dict:
         "rss_growth_pct": round(100 * (rss_end - rss_start) / rss_start, 2) if rss_start else None,
         "kv_blocks_used_end": blocks,
         "kv_blocks_total": end.get("lexi_kv_blocks_total"),
+        # speculation's draft tokens checked and taken during the run (0 without --spec)
+        "spec_proposed": end.get("lexi_spec_proposed_tokens", 0.0) - warm.get("lexi_spec_proposed_tokens", 0.0),
+        "spec_accepted": end.get("lexi_spec_accepted_tokens", 0.0) - warm.get("lexi_spec_accepted_tokens", 0.0),
     }
 
 
@@ -222,6 +226,7 @@ def main() -> int:
     ap.add_argument("--api-key", default=os.environ.get("LEXI_API_KEY"))
     ap.add_argument("--model", default=None, help="the model of a server this script starts")
     ap.add_argument("--parallel", type=int, default=16, help="slots of a server this script starts")
+    ap.add_argument("--serve-args", default="", help="more options for a server this script starts ('--spec ngram')")
     ap.add_argument("--streams", type=int, default=64)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=None, help="overrides --minutes")
@@ -244,7 +249,8 @@ def main() -> int:
     except ValueError as exc:
         ap.error(str(exc))
     load_before = os.getloadavg()
-    server = None if args.url else start_server(args.model, args.parallel, args.api_key)
+    extra = tuple(shlex.split(args.serve_args))
+    server = None if args.url else start_server(args.model, args.parallel, args.api_key, extra=extra)
     try:
         url = args.url or server.url
         report = asyncio.run(soak(cfg, url, args.api_key))

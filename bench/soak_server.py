@@ -29,9 +29,13 @@ class StartedServer:
     description: str
 
 
-def start_server(model: str | None, parallel: int, api_key: str | None, load_timeout: float = 300.0) -> StartedServer:
-    """`lexi-engine serve` on a free port with room for the soak's queue (no 429s: clients wait for a slot)."""
+def start_server(
+    model: str | None, parallel: int, api_key: str | None, load_timeout: float = 300.0, extra: tuple[str, ...] = ()
+) -> StartedServer:
+    """`lexi-engine serve` on a free port with room for the soak's queue (no 429s: clients wait for a slot);
+    `extra`: more serve options (`--spec ngram`, say)."""
     args = [LEXI, "serve", "--port", "0", "--parallel", str(parallel), "--queue-wait", "3600", "--ctx-size", "1024"]
+    args += list(extra)
     if model:
         args += ["-m", model]
     if api_key:

@@ -17,12 +17,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SOAK = Path(__file__).parents[2] / "bench" / "soak.py"
 
 
-def test_soak_30_seconds_meets_the_targets(tmp_path):
+@pytest.mark.parametrize("serve_args", ["", "--spec ngram"], ids=["plain", "spec-ngram"])
+def test_soak_30_seconds_meets_the_targets(tmp_path, serve_args):
+    """With --spec ngram too: checks of drafts beside decoding rows, under disconnects, leave no block held."""
     out = tmp_path / "soak.json"
     args = ["--seconds", "30", "--warmup", "5", "--streams", "64", "--max-tokens", "8,16,32"]
+    args += ["--serve-args", serve_args]
     proc = subprocess.run(
         [sys.executable, str(SOAK), *args, "--json", str(out), "--no-append"],
         capture_output=True,
@@ -42,3 +47,7 @@ def test_soak_30_seconds_meets_the_targets(tmp_path):
     assert report["server_exit"] == 0, summary
     assert report["ttft_p50_s"] is not None and report["itl_p99_s"] is not None, summary
     assert proc.returncode == 0, summary
+    if serve_args:
+        assert report["spec_accepted"] > 0 and report["spec_proposed"] >= report["spec_accepted"], summary
+    else:
+        assert report["spec_proposed"] == 0, summary
