@@ -27,6 +27,7 @@ import argparse
 import datetime as dt
 import os
 import random
+import shlex
 import statistics
 import sys
 import time
@@ -67,7 +68,7 @@ def speed(label: str, op: str, length: int, n: int, seconds: float, tg: int) -> 
 
 def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool, args) -> list[dict]:
     rng = random.Random(0)
-    flag = ("--deterministic",) if deterministic else ()
+    flag = (("--deterministic",) if deterministic else ()) + tuple(shlex.split(args.serve_args))
     rows = rows_to_run(args.tests, args.pp, args.tg, args.streams)
     # Context for the longest row (each engine gets the same), at least what the default rows need.
     ctx = max([CTX] + [length + args.tg + 16 for _, _, length, _ in rows])
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--no-append", action="store_true", help="print only; leave bench/RESULTS.md alone")
     parser.add_argument("--note", default="", help="a sentence appended to the header")
     parser.add_argument("--deterministic", action="store_true", help="run LexiEngine with --deterministic")
+    parser.add_argument("--serve-args", default="", help="more options for `lexi-engine serve` (one string)")
     parser.add_argument("--tests", nargs="+", default=None, help="only these rows (label prefixes: pp512 tg128 ...)")
     parser.add_argument("--pp", nargs="+", type=int, default=list(PP), help="prompt lengths of the pp rows")
     parser.add_argument("--tg", type=int, default=TG, help="tokens of the tg and decode rows")
@@ -160,7 +162,8 @@ def main() -> None:
         f"### bench/e2e.py, {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
         f"Machine: {machine()}. llama.cpp: llama-cpp-python in its own process, {args.threads} threads, its default "
         "environment. LexiEngine: `lexi-engine serve` over HTTP, and the engine API in its own process; dtype "
-        f"auto{', --deterministic' if args.deterministic else ''}, torch's default threads. tok/s (ttft: ms), "
+        f"auto{', --deterministic' if args.deterministic else ''}{', ' + args.serve_args if args.serve_args else ''}, "
+        "torch's default threads. tok/s (ttft: ms), "
         f"median of {args.reps} after a warm-up. {args.note}\n"
     )
     text = header + "\n" + render(table, loads, args.engines)

@@ -8,6 +8,7 @@ The models are bench/synth_gguf.py's tiny-qwen3moe (4 experts, 2 per token, Q4_K
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,79 @@ def test_rows_on_different_experts_give_the_tokens_they_give_alone(tiny_moe, mon
     mixed = [ids for ids in steps if ids.shape[0] > 1 and len({tuple(sorted(r)) for r in ids.tolist()}) > 1]
     assert mixed, f"no step routed its rows to different experts: {len(steps)} steps, {[s.tolist() for s in steps[:3]]}"
     assert batched == alone
+
+
+def test_staggered_arrivals_and_a_shared_prefix_keep_each_requests_tokens(tiny_moe):
+    """Continuous batching over experts: requests join while others decode (prefill chunks beside decode rows), and a
+    later request whose prompt shares three blocks with an earlier one takes them from the prefix cache; each still
+    gives the greedy tokens it gives alone in a fresh engine."""
+    model, tok = tiny_moe
+    gen = torch.Generator().manual_seed(23)
+    shared = torch.randint(300, 4096, (48,), generator=gen).tolist()
+    prompts = [shared + torch.randint(300, 4096, (n,), generator=gen).tolist() for n in (5, 9)]
+    prompts.append(torch.randint(300, 4096, (27,), generator=gen).tolist())
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    config = dict(parallel=4, ctx_size=128, batch_size=16)
+    alone = []
+    for p in prompts:
+        with running_engine(model, tok, **config) as engine:  # fresh: no prefix cache
+            alone.append(run(collect(engine, GenerationRequest(p, params))))
+    assert all(d[-1].cached_tokens == 0 for d in alone)
+    with running_engine(model, tok, **config) as engine:
+
+        async def staggered():
+            async def later(p, wait):
+                await asyncio.sleep(wait)
+                return await collect(engine, GenerationRequest(p, params))
+
+            first = asyncio.ensure_future(collect(engine, GenerationRequest(prompts[0], params)))
+            while engine.stats.steps_total < 5:  # the first request is decoding before the others arrive
+                await asyncio.sleep(0.005)
+            rest = await asyncio.gather(later(prompts[1], 0.0), later(prompts[2], 0.02))
+            return [await first, *rest]
+
+        together = run(staggered())
+    assert [tokens_of(d) for d in together] == [tokens_of(d) for d in alone]
+    assert together[1][-1].cached_tokens == 48  # the three shared 16-token blocks
+
+
+def test_constrained_rows_beside_free_ones_keep_their_schema(tiny_moe):
+    """Constraints over a MoE model: sampled JSON answers of a schema, batched with free rows, always validate."""
+    import jsonschema
+
+    from lexi.chat.constraint_compiler import ConstraintCompiler
+    from lexi.chat.constraint_plan import plan_output
+    from lexi.chat.constraint_vocab import ConstraintVocabulary
+    from lexi.chat.response_format import ResponseFormat
+
+    model, tok = tiny_moe
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
+    compiler = ConstraintCompiler(ConstraintVocabulary(tok))
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(300, 4096, (n,), generator=gen).tolist() for n in (12, 7, 19, 4)]
+    try:
+        with running_engine(model, tok, parallel=4, ctx_size=128, batch_size=32) as engine:
+
+            async def mixed():
+                requests = []
+                for i, p in enumerate(prompts):
+                    params = SamplingParams(temperature=1.0, seed=100 + i, max_tokens=40)
+                    constraint = await compiler.constraint(plan, 40) if i % 2 == 0 else None
+                    requests.append(collect(engine, GenerationRequest(p, params, constraint=constraint)))
+                return await asyncio.gather(*requests)
+
+            outs = run(mixed())
+    finally:
+        compiler.shutdown()
+    for i, deltas in enumerate(outs):
+        if i % 2 == 0:
+            assert deltas[-1].finish_reason == "stop", deltas[-1]
+            jsonschema.validate(json.loads("".join(d.text for d in deltas)), schema)
+        else:
+            assert deltas[-1].completion_tokens > 0
