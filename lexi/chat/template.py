@@ -40,6 +40,9 @@ RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "bos_
 # A template "has a thinking switch" when its source reads one of these.
 THINKING_VARIABLES = ("enable_thinking", "reasoning_effort")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+# gpt-oss knows three levels ("Reasoning: low|medium|high" in its system message) and always reasons: the others
+# become the nearest it knows, and "none" cannot be honoured.
+HARMONY_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
 
 class ChatTemplateError(ValueError):
@@ -124,15 +127,30 @@ class ChatTemplate:
         object.__setattr__(self, "default_kwargs", dict(self.default_kwargs))
         object.__setattr__(self, "_compiled", env.from_string(tree))
         object.__setattr__(self, "renders_tools", "tools" in jinja2.meta.find_undeclared_variables(tree))
+        if self.harmony and self.default_kwargs.get("reasoning_effort") == "none":
+            raise ChatTemplateError(
+                f"--chat-template-kwargs reasoning_effort 'none': the harmony template from {self.origin} always "
+                "reasons (its levels are low, medium and high)"
+            )
 
     @property
     def takes_parts(self) -> bool:
-        """The template tells a string content from a list of parts (`... is string`): it gets the parts as sent."""
-        return re.search(r"\bis\s+(not\s+)?string\b", self.source) is not None
+        """The template tells a string content from a list of parts (`content is string`): it gets the parts as
+        sent. A test of something else (gpt-oss's `param_spec.type is not string`) does not count."""
+        return re.search(r"content(?:'\]|\"\])?\s+is\s+(not\s+)?string\b", self.source) is not None
+
+    @property
+    def harmony(self) -> bool:
+        """The template writes gpt-oss's harmony frame (`<|start|>ROLE<|channel|>...<|message|>`): the output is
+        read by channel (lexi/chat/harmony.py)."""
+        return all(token in self.source for token in ("<|start|>", "<|channel|>", "<|message|>"))
 
     @property
     def call_form(self) -> str:
-        """The tool-call form the template teaches: "function" when it shows `<function=`, else "json"."""
+        """The tool-call form the template teaches: "harmony" for a harmony template, "function" when it shows
+        `<function=`, else "json"."""
+        if self.harmony:
+            return "harmony"
         return "function" if "<function=" in self.source else "json"
 
     @property
@@ -153,6 +171,11 @@ class ChatTemplate:
         if reasoning_effort is not None:
             if reasoning_effort not in REASONING_EFFORTS:
                 raise ValueError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}")
+            if self.harmony and reasoning_effort == "none":
+                raise ThinkingUnsupported(
+                    f"reasoning_effort 'none': the harmony template from {self.origin} always reasons "
+                    "(its levels are low, medium and high)"
+                )
             if self.has_thinking_switch:
                 merged["enable_thinking"] = reasoning_effort != "none"
                 merged["reasoning_effort"] = reasoning_effort
@@ -161,6 +184,8 @@ class ChatTemplate:
                     f"reasoning_effort {reasoning_effort!r} needs a chat template with a thinking switch; "
                     f"the template from {self.origin} has none"
                 )
+        if self.harmony and merged.get("reasoning_effort") in HARMONY_EFFORTS:
+            merged["reasoning_effort"] = HARMONY_EFFORTS[merged["reasoning_effort"]]
         return merged
 
     def render(
