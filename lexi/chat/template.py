@@ -162,7 +162,8 @@ class ChatTemplate:
 
         reasoning_effort comes last because it is the request's explicit choice: on a template with a
         thinking switch it sets both `enable_thinking` and `reasoning_effort`; on one without, any level
-        but "none" is refused (ThinkingUnsupported) since the engine does not invent reasoning.
+        but "none" is refused (ThinkingUnsupported) since the engine does not invent reasoning. A harmony
+        template gets the level, from either source, as gpt-oss knows it (HARMONY_EFFORTS), and "none" is refused.
         """
         merged = dict(self.default_kwargs)
         if kwargs:
@@ -171,11 +172,6 @@ class ChatTemplate:
         if reasoning_effort is not None:
             if reasoning_effort not in REASONING_EFFORTS:
                 raise ValueError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}")
-            if self.harmony and reasoning_effort == "none":
-                raise ThinkingUnsupported(
-                    f"reasoning_effort 'none': the harmony template from {self.origin} always reasons "
-                    "(its levels are low, medium and high)"
-                )
             if self.has_thinking_switch:
                 merged["enable_thinking"] = reasoning_effort != "none"
                 merged["reasoning_effort"] = reasoning_effort
@@ -184,6 +180,11 @@ class ChatTemplate:
                     f"reasoning_effort {reasoning_effort!r} needs a chat template with a thinking switch; "
                     f"the template from {self.origin} has none"
                 )
+        if self.harmony and merged.get("reasoning_effort") == "none":
+            raise ThinkingUnsupported(
+                f"reasoning_effort 'none': the harmony template from {self.origin} always reasons "
+                "(its levels are low, medium and high)"
+            )
         if self.harmony and merged.get("reasoning_effort") in HARMONY_EFFORTS:
             merged["reasoning_effort"] = HARMONY_EFFORTS[merged["reasoning_effort"]]
         return merged

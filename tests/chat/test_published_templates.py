@@ -91,8 +91,9 @@ def test_gpt_oss_reasoning_levels(gpt_oss, published_templates, harmony_tokenize
     assert "Reasoning: low" in prompt(template_kwargs={"reasoning_effort": "low"})
     assert "Reasoning: high" in prompt(reasoning_effort="xhigh")  # the nearest level gpt-oss knows
     assert "Reasoning: low" in prompt(reasoning_effort="minimal")
-    with pytest.raises(ThinkingUnsupported, match="always reasons"):
-        prompt(reasoning_effort="none")
+    for asked in ({"reasoning_effort": "none"}, {"template_kwargs": {"reasoning_effort": "none"}}):
+        with pytest.raises(ThinkingUnsupported, match="always reasons"):
+            prompt(**asked)
     server = template(published_templates, "openai-gpt-oss-120b.jinja", default_kwargs={"reasoning_effort": "xhigh"})
     assert "Reasoning: high" in start_turn(server, harmony_tokenizer, Conversation(HISTORY[1:2]), True).prompt.text
     with pytest.raises(ChatTemplateError, match="always reasons"):
