@@ -231,3 +231,23 @@ def test_harmony_auto_holds_an_addressed_call_and_none_never_addresses(gpt_oss, 
             assert len(ids) > 20 and " to=functions." not in harmony_tokenizer.decode(ids)
     finally:
         compiler.shutdown()
+
+
+def test_a_thought_budget_closes_the_analysis(gpt_oss, harmony_tokenizer):
+    """Messages' thinking.budget_tokens on a harmony turn: the analysis opened by the model is closed (<|end|>
+    forced) within the budget, its closer included."""
+    turn = start_turn(gpt_oss, harmony_tokenizer, Conversation(HISTORY[1:2], thinking_budget=6), True)
+    vocab = ConstraintVocabulary(harmony_tokenizer)
+    compiler = ConstraintCompiler(vocab)
+    end = harmony_tokenizer.token_to_id("<|end|>")
+    try:
+        for seed in range(3):
+            constraint = asyncio.run(compiler.constraint(turn.plan))
+            for token in harmony_tokenizer.encode("<|channel|>analysis<|message|>"):
+                constraint.advance(token)
+            ids, _ = walk(constraint, harmony_tokenizer, vocab, random.Random(seed), set(), steps=6)
+            text = harmony_tokenizer.decode(ids)
+            assert "<|end|>" in text and len(ids) <= 6, text
+            assert end in ids or text.endswith("<|end|>")
+    finally:
+        compiler.shutdown()
