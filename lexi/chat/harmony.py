@@ -9,7 +9,8 @@ The recipient (`to=`) may stand before or after the channel. <|return|> and <|ca
 not text); written as text, they end a message as <|end|> does. A message goes where its header says:
 - a recipient other than the assistant: a call, its body held whole and read elsewhere (`tool_calls.py`);
 - `final`, and `commentary` without a recipient (a preamble the user is meant to see): content;
-- `analysis`, and any other or missing channel: reasoning, so thought text never reaches content.
+- `analysis`, any other or missing channel, and a message in another role's name (a tool result the model
+  makes up, `<|start|>functions.NAME to=assistant...`): reasoning, so none of it reaches content.
 Headers are framing, never text. A body is released as it arrives, less what may still be the start of a
 terminator. Output that opens no message within MAX_HEADER characters is not harmony: it is content as written.
 With `keep_frame` (--reasoning-format none) nothing is split: every message but a call is content, framing
@@ -32,6 +33,7 @@ FUNCTIONS = "functions."
 
 _CHANNEL = re.compile(r"<\|channel\|>([^\s<]*)")
 _RECIPIENT = re.compile(r"(?:^|\s|>)to=([^\s<]+)")
+_ROLE = re.compile(r"\s*<\|start\|>([^\s<]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,8 @@ class HarmonyCall:
     name: str | None
     body: str  # the arguments as written
     raw: str  # header and body as written: the assistant's text again if the call is not valid
-    closed: bool  # False when the output ended inside the header or body (max_tokens)
+    closed: bool  # a terminator was written as text; else the output ended in the body (<|call|> is not text: the
+    # finish reason tells the usual stop from a cut by max_tokens)
     lead: str = ""  # (ChatOutput reads a call block's lead: a harmony call has none)
 
 
@@ -55,6 +58,9 @@ class HarmonyPiece:
 
 def route_of(header: str) -> str:
     """Where a message with this header goes: "call", "content" or "reasoning"."""
+    role = _ROLE.match(header)
+    if role is not None and role.group(1) not in ("", "assistant"):
+        return "reasoning"
     recipient = _recipient(header)
     if recipient is not None and recipient != "assistant":
         return "call"

@@ -59,6 +59,11 @@ CASES = {
         "<|channel|>scratch<|message|>hidden<|end|>" + FINAL + "shown<|return|>",
         ("hidden", "shown", []),
     ),
+    "a made-up tool result is not content": (
+        f"{ANALYSIS}x<|end|><|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>"
+        f"{FINAL}ok",
+        ("x\nsunny", "ok", []),
+    ),
     "a thought cut short by max_tokens": (f"{ANALYSIS}half a thou", ("half a thou", "", [])),
     "a header cut short is dropped": (f"{ANALYSIS}x<|end|><|start|>assistant<|channel|>fin", ("x", "", [])),
     "markers inside a body are its text": (
@@ -127,6 +132,8 @@ def test_routes_and_opened_messages():
     assert route_of("<|channel|>commentary to=functions.f <|constrain|>json") == "call"
     assert route_of(" to=browser.search<|channel|>commentary") == "call"
     assert route_of("") == "reasoning"
+    assert route_of("<|start|>user<|channel|>final") == "reasoning"
+    assert route_of("<|start|>assistant to=functions.f<|channel|>commentary") == "call"
     prompt = "<|start|>user<|message|>hi<|end|><|start|>assistant"
     assert opened_message(prompt) is None
     assert opened_message(prompt + "<|channel|>final<|message|>Hel") == "assistant<|channel|>final"
