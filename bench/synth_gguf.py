@@ -16,6 +16,7 @@ that build them).
     python bench/synth_gguf.py write tiny-gemma3 /tmp/t.gguf --vocab-from .whl/smollm2-vocab.json.gz --vocab 1024
     python bench/synth_gguf.py write qwen3moe-small /tmp/moe.gguf            # ~1.0 GB, 1.6B total, 0.36B active
     python bench/synth_gguf.py write tiny-gpt-oss /tmp/g.gguf --vocab 4096   # a few MB, MXFP4 experts
+    python bench/synth_gguf.py write tiny-gpt-oss /tmp/h.gguf --vocab 4096 --harmony   # + gpt-oss's chat tokens
 
 Mixture-of-experts shapes (qwen3moe) write a float32 router `ffn_gate_inp` (E, dim) and 3-D expert tensors
 `ffn_{gate,up,down}_exps` (E, rows, cols) in place of the dense FFN, typed as the dense ones would be. gpt-oss
@@ -261,6 +262,23 @@ def sized_vocab(vocab: dict, size: int) -> dict:
     }
 
 
+# gpt-oss's o200k_harmony control tokens (ids 200002-200012 there, less the reserved ones): `--harmony` makes them a
+# vocabulary's last tokens and `<|return|>` its end of sequence, so the model can be served in the harmony format.
+HARMONY_TOKENS = ("<|return|>", "<|constrain|>", "<|channel|>", "<|start|>", "<|end|>", "<|message|>", "<|call|>")
+
+
+def with_harmony(vocab: dict, size: int) -> dict:
+    """`vocab` sized to `size` tokens, the last of them the harmony tokens (control tokens, as gpt-oss's file has)."""
+    base = sized_vocab(vocab, size - len(HARMONY_TOKENS))
+    tokens = base["tokenizer.ggml.tokens"]
+    return {
+        **base,
+        "tokenizer.ggml.tokens": [*tokens, *HARMONY_TOKENS],
+        "tokenizer.ggml.token_type": [*base["tokenizer.ggml.token_type"], *[3] * len(HARMONY_TOKENS)],  # CONTROL
+        "tokenizer.ggml.eos_token_id": len(tokens),
+    }
+
+
 def write_synthetic(path: Path, shape: Shape, vocab: dict, seed: int = 0) -> int:
     """Write the model; returns the file's size in bytes. Streams tensor by tensor (memory: the largest one)."""
     vocab = sized_vocab(vocab, shape.vocab)
@@ -353,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     write.add_argument("--vocab-from", default="smollm2-135m-instruct", help="GGUF path, bundled name or .json.gz")
     write.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the shape's)")
     write.add_argument("--seed", type=int, default=0)
+    write.add_argument("--harmony", action="store_true", help="end the vocabulary with gpt-oss's harmony tokens")
     export = sub.add_parser("export-vocab", help="write a bundled model's tokenizer metadata as .json.gz")
     export.add_argument("out", type=Path)
     export.add_argument("--vocab-from", default="smollm2-135m-instruct")
@@ -364,7 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         shape = SHAPES[args.shape]
         if args.vocab is not None:
             shape = dataclasses.replace(shape, vocab=args.vocab)
-        size = write_synthetic(args.out, shape, load_vocab(args.vocab_from), args.seed)
+        vocab = load_vocab(args.vocab_from)
+        if args.harmony:
+            vocab = with_harmony(vocab, shape.vocab)
+        size = write_synthetic(args.out, shape, vocab, args.seed)
     print(f"{args.out}: {size / 1e6:.1f} MB in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
 
 # Before torch is imported: models load on one thread and engines step on another, and libgomp's default
 # spin-waiting then lets the idle OpenMP team starve the busy one on 2 cores.
@@ -89,3 +95,57 @@ def gemma3_f32(gemma3_gguf):
     from lexi.model.loader import LoadConfig, load_model
 
     return load_model(gemma3_gguf, LoadConfig(dtype="float32", device="cpu"))
+
+
+# Published chat templates ship in llama-cpp-python's source distribution (vendor/llama.cpp/models/templates/):
+# fetched once into the user's cache, the templates alone kept, never committed.
+PUBLISHED_SDIST = "llama-cpp-python==0.3.36"
+PUBLISHED_TEMPLATES = Path.home() / ".cache" / "lexi-engine" / "templates" / "llama-cpp-python-0.3.36"
+
+
+def fetch_published_templates(root: Path = PUBLISHED_TEMPLATES) -> Path:
+    """The folder of published templates, downloaded (`pip download --no-binary :all: --no-deps`) on first use."""
+    if (root / "openai-gpt-oss-120b.jinja").exists():
+        return root
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", PUBLISHED_SDIST, "-d", tmp],
+            check=True, capture_output=True, timeout=900,
+        )  # fmt: skip
+        (sdist,) = Path(tmp).glob("*.tar.gz")
+        staged = Path(tmp) / "templates"
+        staged.mkdir()
+        with tarfile.open(sdist) as tar:
+            for member in tar.getmembers():
+                folder, _, name = member.name.rpartition("/")
+                wanted = folder.endswith("/vendor/llama.cpp/models/templates") and name.endswith(".jinja")
+                if wanted and member.isfile():
+                    (staged / name).write_bytes(tar.extractfile(member).read())
+        root.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.move(staged, root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def published_templates() -> Path:
+    return fetch_published_templates()
+
+
+@pytest.fixture(scope="session")
+def harmony_path(tmp_path_factory):
+    """bench/synth_gguf.py's tiny-gpt-oss (random weights, MXFP4 experts) whose 4096-token vocabulary ends with
+    gpt-oss's harmony tokens: a model the harmony chat format can be served on."""
+    path = tmp_path_factory.mktemp("harmony") / "tiny-gpt-oss-harmony.gguf"
+    synth = Path(__file__).resolve().parents[1] / "bench" / "synth_gguf.py"
+    command = [sys.executable, str(synth), "write", "tiny-gpt-oss", str(path), "--vocab", "4096", "--harmony"]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    return path
+
+
+@pytest.fixture(scope="session")
+def harmony_tokenizer(harmony_path):
+    from lexi.gguf.reader import read_gguf
+    from lexi.gguf.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(read_gguf(harmony_path))

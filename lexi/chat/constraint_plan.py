@@ -95,7 +95,13 @@ def plan_output(
     return ConstraintPlan((*thought(False), *first, *more * (limit - 1)))
 
 
-def with_thought_budget(plan: ConstraintPlan | None, tokens: int, opened: tuple[str, str] | None) -> ConstraintPlan:
-    """`plan` (None: free output) with its thought held to `tokens` tokens."""
-    budget = ThoughtBudget(tokens, opened)
+def with_thought_budget(
+    plan: ConstraintPlan | None,
+    tokens: int,
+    opened: tuple[str, str] | None,
+    pairs: tuple[tuple[str, str], ...] | None = None,
+) -> ConstraintPlan:
+    """`plan` (None: free output) with its thought held to `tokens` tokens; `pairs`: the (opener, closer) pairs a
+    thought may open with (None: the `<think>` forms)."""
+    budget = ThoughtBudget(tokens, opened) if pairs is None else ThoughtBudget(tokens, opened, pairs)
     return ConstraintPlan((), thought=budget) if plan is None else replace(plan, thought=budget)

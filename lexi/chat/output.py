@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from lexi.chat.harmony import HarmonyCall, HarmonyParser
 from lexi.chat.reasoning import ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_refs import schema_validator, validation_error
@@ -53,10 +54,13 @@ class ChatOutput:
         tools: ToolSet | None,
         response_format: ResponseFormat | None = None,
         unsplit_thought: tuple[str, str] | None = None,
+        harmony: HarmonyParser | None = None,
     ) -> None:
         """`unsplit_thought`: the prompt opened this thought and the output is not split (--reasoning-format
-        none), so a JSON answer is checked after its closer."""
+        none), so a JSON answer is checked after its closer. `harmony`: the output is gpt-oss's channels, which
+        this parser splits in place of `splitter`; its calls are read in place of `<tool_call>` blocks."""
         self._splitter = splitter
+        self._harmony = harmony
         self._format = response_format if response_format is not None and response_format.is_json else None
         self._validator = schema_validator(self._format.schema) if self._format and self._format.schema else None
         self._unsplit_thought = unsplit_thought
@@ -64,7 +68,7 @@ class ChatOutput:
         parse = tools is not None and tools.choice.mode != "none"
         self._tools = tools
         self._reader = ToolCallReader(tools) if parse else None
-        self._parser = ToolCallParser() if parse else None
+        self._parser = ToolCallParser() if parse and harmony is None else None
         self.calls: list[ToolCall] = []
         self.reasoning_tokens = 0
         self.fed_reasoning = False  # the last feed's tokens were thought (their logprobs are not content's)
@@ -74,6 +78,10 @@ class ChatOutput:
     def feed(self, text: str, num_tokens: int = 0, finish_reason: str | None = None) -> list[OutputEvent]:
         """The events `text` releases; with `finish_reason` ("stop", "length", ...) also everything held."""
         final = finish_reason is not None
+        if self._harmony is not None:
+            events: list[OutputEvent] = []
+            self._feed_harmony(events, text, num_tokens, finish_reason)
+            return self._finished(events, finish_reason)
         if self._splitter is None:
             pieces = [("content", text)]
         else:
@@ -83,7 +91,7 @@ class ChatOutput:
             if self.fed_reasoning:
                 self.reasoning_tokens += num_tokens
             pieces = [(e.kind, e.text) for e in found]
-        events: list[OutputEvent] = []
+        events = []
         for kind, piece in pieces:
             if kind == "reasoning":
                 self._reasoned = self._reasoned or bool(piece)
@@ -94,6 +102,27 @@ class ChatOutput:
                 self._parsed(events, self._parser.feed(piece), finish_reason)
         if final and self._parser is not None:
             self._parsed(events, self._parser.finish(), finish_reason)
+        return self._finished(events, finish_reason)
+
+    def _feed_harmony(self, events: list[OutputEvent], text: str, num_tokens: int, finish_reason: str | None) -> None:
+        thinking = self._harmony.thinking
+        found = self._harmony.feed(text) + (self._harmony.finish() if finish_reason is not None else [])
+        self.fed_reasoning = thinking or self._harmony.thinking
+        if self.fed_reasoning:
+            self.reasoning_tokens += num_tokens
+        for piece in found:
+            if piece.kind == "call" and self._reader is not None:
+                self._parsed(events, [piece.call], finish_reason)
+            elif piece.kind == "call":  # no tool may be called: the look-alike is the assistant's text
+                _append(events, OutputEvent("content", piece.call.raw))
+            else:
+                self._reasoned = self._reasoned or piece.kind == "reasoning"
+                _append(events, OutputEvent(piece.kind, piece.text))
+
+    def _finished(self, events: list[OutputEvent], finish_reason: str | None) -> list[OutputEvent]:
+        """The checks at the end of the output: a forced call is there, a JSON answer is JSON."""
+        final = finish_reason is not None
+        if final and self._reader is not None:
             if self._tools.forced and not self.calls and finish_reason != "length":
                 raise ToolCallError("tool_choice requires a tool call, and the model's answer holds none")
         if final and not self._reasoned:
@@ -117,7 +146,9 @@ class ChatOutput:
         if problem is not None:
             raise AnswerFormatError(f"the answer does not match the response_format schema: {problem}")
 
-    def _parsed(self, events: list[OutputEvent], pieces: list[str | CallBlock], finish_reason: str | None) -> None:
+    def _parsed(
+        self, events: list[OutputEvent], pieces: list[str | CallBlock | HarmonyCall], finish_reason: str | None
+    ) -> None:
         for piece in pieces:
             if isinstance(piece, str):
                 if self._cut_short_call(finish_reason) and OPEN.startswith(piece.strip()):
@@ -148,13 +179,17 @@ class ChatOutput:
         answer is OpenAI's for that case, no call and empty content."""
         return finish_reason == "length" and self._tools.forced
 
-    def _read(self, block: CallBlock, finish_reason: str | None) -> ToolCall | str:
+    def _read(self, block: CallBlock | HarmonyCall, finish_reason: str | None) -> ToolCall | str:
         if not block.closed and finish_reason != "stop":
             return "the output ended inside a tool call (max_tokens reached)"
         limit = self._tools.call_limit
         if limit is not None and len(self.calls) >= limit:
             return f"the model wrote more calls than the {limit} allowed (parallel_tool_calls / max_tool_calls)"
-        return self._reader.read(block.body)
+        if isinstance(block, CallBlock):
+            return self._reader.read(block.body)
+        if block.name is None:
+            return f"the model addressed {block.recipient!r}, which is not a declared function"
+        return self._reader.read_arguments(block.name, block.body)
 
 
 def _append(events: list[OutputEvent], event: OutputEvent) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output, with_thought_budget
 from lexi.chat.guided import GuidedText, guided_plan
+from lexi.chat.harmony import MESSAGE, HarmonyParser, opened_message
+from lexi.chat.harmony_plan import THOUGHT_PAIR, harmony_plan
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
 from lexi.chat.response_format import ResponseFormat
@@ -41,6 +43,8 @@ class ChatPrompt:
     text: str
     ids: list[int]
     opened: tuple[str, str] | None  # the thought delimiters the prompt opened: the output starts as reasoning
+    harmony: bool = False  # the template writes gpt-oss's harmony frame: the output is read by channel
+    opened_message: str | None = None  # harmony: the header of the message the prompt left open
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,11 @@ class ChatTurn:
 
     def output(self) -> ChatOutput:
         """A fresh pipeline for one answer to this prompt."""
+        if self.prompt.harmony:
+            parser = HarmonyParser(self.prompt.opened_message, keep_frame=not self.split_reasoning)
+            unsplit = None if self.split_reasoning else ("", MESSAGE)  # a JSON answer follows the last <|message|>
+            c = self.conversation
+            return ChatOutput(None, c.tools, c.response_format, unsplit, harmony=parser)
         splitter = ReasoningSplitter(opened=self.prompt.opened) if self.split_reasoning else None
         c = self.conversation
         return ChatOutput(splitter, c.tools, c.response_format, None if splitter else self.prompt.opened)
@@ -73,6 +82,8 @@ def build_chat_prompt(template: ChatTemplate, tokenizer, conversation: Conversat
         text = _cut_after_final(text, text_of(c.messages[-1].get("content")))
     add_bos = bool(tokenizer.add_bos) and not (template.bos_token and text.startswith(template.bos_token))
     ids = tokenizer.encode(text, add_bos=add_bos, special=True)
+    if template.harmony:
+        return ChatPrompt(text, ids, None, harmony=True, opened_message=opened_message(text))
     return ChatPrompt(text, ids, opened_in_prompt(text))
 
 
@@ -99,10 +110,14 @@ def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, sp
         param = c.guided.param
         raise ConstraintError(f"{param} constrains the answer while tools may be called; send one of them", param)
     prompt = build_chat_prompt(template, tokenizer, c)
-    if c.guided is not None:
+    if prompt.harmony:
+        regex = c.guided.regex if c.guided is not None else None
+        plan = harmony_plan(c.tools, c.response_format, regex, prompt.opened_message)
+    elif c.guided is not None:
         plan = guided_plan(c.guided, prompt.opened)
     else:
         plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
     if c.thinking_budget is not None:
-        plan = with_thought_budget(plan, c.thinking_budget, prompt.opened)
+        pairs = (THOUGHT_PAIR,) if prompt.harmony else None
+        plan = with_thought_budget(plan, c.thinking_budget, prompt.opened, pairs)
     return ChatTurn(prompt, c, split_reasoning, plan)

@@ -40,6 +40,9 @@ RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "bos_
 # A template "has a thinking switch" when its source reads one of these.
 THINKING_VARIABLES = ("enable_thinking", "reasoning_effort")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+# gpt-oss knows three levels ("Reasoning: low|medium|high" in its system message) and always reasons: the others
+# become the nearest it knows, and "none" cannot be honoured.
+HARMONY_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
 
 class ChatTemplateError(ValueError):
@@ -124,15 +127,30 @@ class ChatTemplate:
         object.__setattr__(self, "default_kwargs", dict(self.default_kwargs))
         object.__setattr__(self, "_compiled", env.from_string(tree))
         object.__setattr__(self, "renders_tools", "tools" in jinja2.meta.find_undeclared_variables(tree))
+        if self.harmony and self.default_kwargs.get("reasoning_effort") == "none":
+            raise ChatTemplateError(
+                f"--chat-template-kwargs reasoning_effort 'none': the harmony template from {self.origin} always "
+                "reasons (its levels are low, medium and high)"
+            )
 
     @property
     def takes_parts(self) -> bool:
-        """The template tells a string content from a list of parts (`... is string`): it gets the parts as sent."""
-        return re.search(r"\bis\s+(not\s+)?string\b", self.source) is not None
+        """The template tells a string content from a list of parts (`content is string`): it gets the parts as
+        sent. A test of something else (gpt-oss's `param_spec.type is not string`) does not count."""
+        return re.search(r"content(?:'\]|\"\])?\s+is\s+(not\s+)?string\b", self.source) is not None
+
+    @property
+    def harmony(self) -> bool:
+        """The template writes gpt-oss's harmony frame (`<|start|>ROLE<|channel|>...<|message|>`): the output is
+        read by channel (lexi/chat/harmony.py)."""
+        return all(token in self.source for token in ("<|start|>", "<|channel|>", "<|message|>"))
 
     @property
     def call_form(self) -> str:
-        """The tool-call form the template teaches: "function" when it shows `<function=`, else "json"."""
+        """The tool-call form the template teaches: "harmony" for a harmony template, "function" when it shows
+        `<function=`, else "json"."""
+        if self.harmony:
+            return "harmony"
         return "function" if "<function=" in self.source else "json"
 
     @property
@@ -144,7 +162,8 @@ class ChatTemplate:
 
         reasoning_effort comes last because it is the request's explicit choice: on a template with a
         thinking switch it sets both `enable_thinking` and `reasoning_effort`; on one without, any level
-        but "none" is refused (ThinkingUnsupported) since the engine does not invent reasoning.
+        but "none" is refused (ThinkingUnsupported) since the engine does not invent reasoning. A harmony
+        template gets the level, from either source, as gpt-oss knows it (HARMONY_EFFORTS), and "none" is refused.
         """
         merged = dict(self.default_kwargs)
         if kwargs:
@@ -161,6 +180,13 @@ class ChatTemplate:
                     f"reasoning_effort {reasoning_effort!r} needs a chat template with a thinking switch; "
                     f"the template from {self.origin} has none"
                 )
+        if self.harmony and merged.get("reasoning_effort") == "none":
+            raise ThinkingUnsupported(
+                f"reasoning_effort 'none': the harmony template from {self.origin} always reasons "
+                "(its levels are low, medium and high)"
+            )
+        if self.harmony and merged.get("reasoning_effort") in HARMONY_EFFORTS:
+            merged["reasoning_effort"] = HARMONY_EFFORTS[merged["reasoning_effort"]]
         return merged
 
     def render(

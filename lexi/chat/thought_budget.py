@@ -25,6 +25,7 @@ class ThoughtBudget:
 
     tokens: int
     opened: tuple[str, str] | None = None
+    pairs: tuple[tuple[str, str], ...] = DELIMITERS  # what may open a thought at the start (harmony: its analysis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +41,11 @@ class ForcedCloser:
 class ThoughtWatch:
     """States: "start" (the output may still open a thought), "thinking" (counting), "done"."""
 
-    __slots__ = ("_budget", "_state", "_text", "_closer", "_used")
+    __slots__ = ("_budget", "_state", "_text", "_closer", "_used", "_pairs")
 
     def __init__(self, budget: ThoughtBudget) -> None:
         self._budget = budget.tokens
+        self._pairs = budget.pairs
         self._state = "thinking" if budget.opened else "start"
         self._closer = budget.opened[1].encode() if budget.opened else b""
         self._text = b""  # "start": the output so far; "thinking": its end, while the closer may be completing
@@ -51,8 +53,8 @@ class ThoughtWatch:
 
     def copy(self) -> ThoughtWatch:
         twin = ThoughtWatch.__new__(ThoughtWatch)
-        twin._budget, twin._state, twin._text, twin._closer, twin._used = (
-            self._budget, self._state, self._text, self._closer, self._used
+        twin._budget, twin._state, twin._text, twin._closer, twin._used, twin._pairs = (
+            self._budget, self._state, self._text, self._closer, self._used, self._pairs
         )  # fmt: skip
         return twin
 
@@ -75,7 +77,7 @@ class ThoughtWatch:
 
     def _opening(self, token: bytes) -> None:
         text = (self._text + token).lstrip(_SPACE)
-        for opener, closer in DELIMITERS:
+        for opener, closer in self._pairs:
             start = opener.encode()
             if text.startswith(start):
                 self._state, self._closer, self._text = "thinking", closer.encode(), b""

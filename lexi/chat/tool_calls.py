@@ -4,6 +4,7 @@ Two forms are read, whatever the template teaches:
 - JSON: `{"name": "get_weather", "arguments": {"city": "Paris"}}`
 - function: `<function=get_weather><parameter=city>Paris</parameter></function>`, a value being text
   when the tool's schema says the parameter is a string, and JSON when it parses as JSON otherwise.
+Harmony's calls (gpt-oss) name the function in their header: only their JSON arguments are read here.
 A call is returned only when the tool may be called and its arguments validate against the
 schema the client wrote; anything else is a reason, and the block stays the assistant's text.
 """
@@ -42,7 +43,19 @@ class ToolCallReader:
         parsed = _read_function_form(body, self.tools) if "<function=" in body else _read_json_form(body)
         if isinstance(parsed, str):
             return parsed
-        name, arguments = parsed
+        return self._verified(*parsed)
+
+    def read_arguments(self, name: str, body: str) -> ToolCall | str:
+        """The verified call of `name` whose arguments are the JSON object `body` (harmony's form), or why not."""
+        try:
+            arguments = json.loads(body)
+        except ValueError as exc:
+            return f"the arguments of {name!r} are not valid JSON ({exc})"
+        if not isinstance(arguments, dict):
+            return f"the arguments of {name!r} are not a JSON object"
+        return self._verified(name, arguments)
+
+    def _verified(self, name: str, arguments: dict[str, Any]) -> ToolCall | str:
         validator = self._validators.get(name)
         if validator is None:
             if self.tools.get(name) is None:

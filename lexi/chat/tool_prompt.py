@@ -2,7 +2,8 @@
 
 A template that reads `tools` renders them (and earlier calls and results) the way its model was
 trained to see them. The engine writes its own system-prompt section instead when the template has
-no tool support, and when the request forces one named tool (so the model is told which one). A
+no tool support, and when the request forces one named tool (so the model is told which one), except
+in harmony (gpt-oss), where the template is given that tool alone, in its own namespace. A
 template without tool support also gets the history in text: earlier calls as `<tool_call>` blocks
 in the assistant's turn, results as `<tool_response>` blocks in a user turn.
 """
@@ -18,6 +19,7 @@ from lexi.chat.tools import Tool, ToolSet
 
 JSON_FORM = "json"
 FUNCTION_FORM = "function"
+HARMONY_FORM = "harmony"  # gpt-oss: its template renders tools, calls and results itself
 
 
 def example_call(form: str) -> str:
@@ -90,9 +92,18 @@ def with_tools(
         history = _add_system(history, format_section(response_format))
     if tool_set is None or tool_set.choice.mode == "none":
         return history, None  # under "none" the model is not shown tools it may not call
+    if renders_tools and form == HARMONY_FORM:  # a forced function: the template lists that one alone
+        return history, [_described(t) for t in tool_set.callable]
     if renders_tools and tool_set.choice.mode != "function":
         return history, [t.openai_form() for t in tool_set.tools]
     return _add_system(history, tool_section(tool_set.callable, tool_set, form)), None
+
+
+def _described(tool: Tool) -> dict[str, Any]:
+    """gpt-oss's template writes `"// " + tool.description`, which fails on a tool without one: it gets ""."""
+    form = tool.openai_form()
+    form["function"].setdefault("description", "")
+    return form
 
 
 def history_astext_of(messages: Sequence[Mapping[str, Any]], form: str) -> list[dict[str, Any]]:

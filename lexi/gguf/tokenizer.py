@@ -28,11 +28,13 @@ from lexi.gguf.vocab import TokenType, token_bytes_table
 SUPPORTED_TOKENIZER_MODELS = ("gpt2", "llama")
 # Token texts llama.cpp treats as end of generation wherever they appear in a vocabulary. Left out on
 # purpose: "</s>" (llama.cpp added it for PaddleOCR; Gemma 3 has "</s>" as ordinary user-defined text,
-# and stopping there cuts off generated markup) and gpt-oss's harmony tokens (no gpt-oss support).
+# and stopping there cuts off generated markup).
 _EOG_TEXTS = (
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
+    "<|return|>",  # o200k_harmony (gpt-oss): the end of the answer
+    "<|call|>",  # o200k_harmony: the end of a tool call
     "<end_of_turn>",
     "<|endoftext|>",
     "<|eom_id|>",
@@ -58,6 +60,8 @@ _EOG_TEXTS = (
     "<reponame>",
     "<|file_sep|>",
 )
+# gpt-oss's harmony frame: text in the output (the chat layer reads the channels), as llama.cpp renders them.
+_HARMONY_FRAME = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 _NOT_TEXT = frozenset({TokenType.CONTROL, TokenType.UNKNOWN, TokenType.UNUSED})
 _SPACE = "\u2581"
 
@@ -140,6 +144,16 @@ class Tokenizer:
         # llama.cpp makes every end-of-generation token a control token, whatever the file says.
         types = [int(TokenType.CONTROL) if i in eog else t for i, t in enumerate(types)]
         eos_id = meta.get("tokenizer.ggml.eos_token_id", meta.get("tokenizer.ggml.eot_token_id"))
+        if all(text in ids for text in ("<|return|>", "<|call|>", "<|end|>")):
+            # o200k_harmony, as llama.cpp reads it: <|end|> closes one message (a thought) inside the answer, which
+            # <|return|> or <|call|> ends; the frame tokens and <|end|> are text the chat layer reads.
+            end = ids["<|end|>"]
+            eog.discard(end)
+            types[end] = int(TokenType.USER_DEFINED)
+            eos_id = ids["<|return|>"] if eos_id == end else eos_id
+        for text in _HARMONY_FRAME:
+            if text in ids:
+                types[ids[text]] = int(TokenType.USER_DEFINED)
         if eos_id is None:
             if not eog:
                 raise GGUFError(f"{f.path}: the vocabulary has no end-of-sequence token")

@@ -209,3 +209,19 @@ def test_gemma_end_tag_is_text_not_an_end_of_generation(gemma3_tokenizer):
     assert end_tag not in tok.eog_ids and not tok.is_special(end_tag)
     assert end_tag in tok.encode("<p>x</s>", special=False)
     assert tok.decode(tok.encode("<p>x</s>", special=False), skip_special=True) == "<p>x</s>"
+
+
+def test_harmony_tokens_are_read_as_llama_cpp_reads_them(harmony_tokenizer):
+    """gpt-oss's vocabulary: <|return|> and <|call|> end generation; <|end|> only closes a message inside the answer,
+    and it and the frame tokens are text the chat layer reads (tests/gguf/test_tokenizer_vs_llama_cpp.py checks the
+    same file against llama.cpp)."""
+    tok = harmony_tokenizer
+    ids = {t: tok.token_to_id(t) for t in ("<|return|>", "<|call|>", "<|end|>", "<|start|>", "<|channel|>")}
+    assert ids["<|return|>"] in tok.eog_ids and ids["<|call|>"] in tok.eog_ids and tok.eos_id == ids["<|return|>"]
+    assert ids["<|end|>"] not in tok.eog_ids
+    for text in ("<|end|>", "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"):
+        assert not tok.is_special(tok.token_to_id(text)), text
+    text = "<|start|>assistant<|channel|>final<|message|>Hi<|end|>"
+    encoded = tok.encode(text, special=False)  # user-defined tokens are cut out even from plain text
+    assert ids["<|start|>"] in encoded and ids["<|end|>"] in encoded
+    assert tok.decode(encoded, skip_special=True) == text

@@ -27,9 +27,9 @@ def _llama(path):
     return llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
 
 
-@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+@pytest.fixture(scope="module", params=["smollm2", "gemma3", "harmony"])
 def pair(request):
-    """(our tokenizer, llama.cpp's) for each bundled model."""
+    """(our tokenizer, llama.cpp's) for each bundled model, and a vocabulary ending with gpt-oss's harmony tokens."""
     tok = request.getfixturevalue(f"{request.param}_tokenizer")
     return request.param, tok, _llama(request.getfixturevalue(f"{request.param}_path"))
 
