@@ -68,7 +68,10 @@ def speed(label: str, op: str, length: int, n: int, seconds: float, tg: int) -> 
 
 def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool, args) -> list[dict]:
     rng = random.Random(0)
-    flag = (("--deterministic",) if deterministic else ()) + tuple(shlex.split(args.serve_args))
+    # Speculation off unless --serve-args says otherwise: llama.cpp decodes a token a step here too (bench/spec.py
+    # compares the two engines' speculation).
+    flag = ("--deterministic",) if deterministic else ()
+    serve_flags = ("--spec", "off", *flag, *shlex.split(args.serve_args))
     rows = rows_to_run(args.tests, args.pp, args.tg, args.streams)
     # Context for the longest row (each engine gets the same), at least what the default rows need.
     ctx = max([CTX] + [length + args.tg + 16 for _, _, length, _ in rows])
@@ -76,7 +79,7 @@ def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool,
     os.environ[STREAMS_ENV] = str(max(args.streams))
     builders = {
         "llama": lambda: LlamaCpp(path, threads),
-        "serve": lambda: LexiServer(path, flag, ctx, max(args.streams)),
+        "serve": lambda: LexiServer(path, serve_flags, ctx, max(args.streams)),
         "inproc": lambda: Worker(["lexi", str(path), *flag]),
     }
     engines = {key: builders[key]() for key in args.engines}
@@ -162,8 +165,8 @@ def main() -> None:
         f"### bench/e2e.py, {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n\n"
         f"Machine: {machine()}. llama.cpp: llama-cpp-python in its own process, {args.threads} threads, its default "
         "environment. LexiEngine: `lexi-engine serve` over HTTP, and the engine API in its own process; dtype "
-        f"auto{', --deterministic' if args.deterministic else ''}{', ' + args.serve_args if args.serve_args else ''}, "
-        "torch's default threads. tok/s (ttft: ms), "
+        f"auto, --spec off{', --deterministic' if args.deterministic else ''}"
+        f"{', ' + args.serve_args if args.serve_args else ''}, torch's default threads. tok/s (ttft: ms), "
         f"median of {args.reps} after a warm-up. {args.note}\n"
     )
     text = header + "\n" + render(table, loads, args.engines)

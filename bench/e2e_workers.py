@@ -119,6 +119,7 @@ class LexiWorker:
 
         from lexi.engine.config import EngineConfig
         from lexi.engine.engine import Engine
+        from lexi.engine.ngram import SpecConfig
         from lexi.gguf.reader import read_gguf
         from lexi.gguf.tokenizer import Tokenizer
         from lexi.model.loader import LoadConfig, load_model
@@ -136,7 +137,8 @@ class LexiWorker:
         loader.join()
         model = loaded["model"]
         self.vocab = model.args.vocab_size
-        config = EngineConfig(parallel=streams(), ctx_size=context(), batch_size=512)
+        # Speculation off, as in the serve rows (bench/e2e.py): llama.cpp decodes a token a step here too.
+        config = EngineConfig(parallel=streams(), ctx_size=context(), batch_size=512, spec=SpecConfig("off"))
         self.engine = Engine(model, Tokenizer.from_gguf(f), config)
         self.engine.start()
 

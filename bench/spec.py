@@ -172,7 +172,7 @@ def spec_counters(server: LexiServer) -> dict[str, float]:
 
 def run_lexi(path: str, spec: bool, spec_max: int, ids: dict, reps: int) -> tuple[dict, dict]:
     """(workload -> decode rates, workload -> (accepted / proposed, draft tokens taken per checking step))."""
-    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ()
+    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ("--spec", "off")
     server = LexiServer(Path(path), extra, ctx=CTX, parallel=1)
     rates: dict[str, list[float]] = {}
     acceptance: dict[str, tuple[float, float]] = {}
@@ -204,7 +204,7 @@ def streams_rate(server: LexiServer, ids: list[int], n: int, streams: int) -> fl
 
 def run_lexi_streams(path: str, spec: bool, spec_max: int, ids: dict, reps: int, streams: int) -> dict:
     """workload -> output tok/s of `streams` concurrent copies (a server with that many slots)."""
-    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ()
+    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ("--spec", "off")
     server = LexiServer(Path(path), extra, ctx=CTX, parallel=streams)
     rates: dict[str, list[float]] = {}
     try:

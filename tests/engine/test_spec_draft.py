@@ -55,7 +55,7 @@ def generate(model, tok, prompts, params_of, spec: SpecConfig):
 def test_greedy_rows_take_their_own_drafts_and_keep_their_output(smollm2_deterministic):
     model, tok = smollm2_deterministic
     greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    off, _, _ = generate(model, tok, PROMPTS, lambda i: greedy, SpecConfig())
+    off, _, _ = generate(model, tok, PROMPTS, lambda i: greedy, SpecConfig("off"))
     on, deltas, stats = generate(model, tok, PROMPTS, lambda i: greedy, DRAFT)
     assert on == off
     # the draft model is the target itself: every proposed token is the target's own choice
@@ -87,7 +87,7 @@ def test_a_mixed_batch_and_a_shared_prefix(smollm2_deterministic):
             results = run(go())
             return [tokens_of(r) for r in results], results, engine.stats.snapshot()
 
-    off, _, _ = staged(SpecConfig())
+    off, _, _ = staged(SpecConfig("off"))
     on, results, stats = staged(DRAFT)
     again, _, _ = staged(DRAFT)
     greedy_rows = [i for i, k in enumerate(kinds) if k.temperature == 0.0]

@@ -75,7 +75,7 @@ def test_greedy_output_is_unchanged_by_speculation_in_a_mixed_batch(bundle, requ
     def params_of(i):
         return kinds[i % len(kinds)]
 
-    off, _, _ = generate_all(model, tok, PROMPTS, params_of, SpecConfig())
+    off, _, _ = generate_all(model, tok, PROMPTS, params_of, SpecConfig("off"))
     on, deltas, stats = generate_all(model, tok, PROMPTS, params_of, SpecConfig("ngram", 8, 2))
     again, _, _ = generate_all(model, tok, PROMPTS, params_of, SpecConfig("ngram", 8, 2))
     sampled_rows = [i for i in range(len(PROMPTS)) if params_of(i) is sampled]
@@ -97,11 +97,11 @@ def test_a_stop_inside_an_accepted_draft_ends_there(smollm2_deterministic):
     model, tok = smollm2_deterministic
     prompt = [PROMPTS[0]]
     plain = SamplingParams(temperature=0.0, max_tokens=60)
-    off, _, _ = generate_all(model, tok, prompt, lambda i: plain, SpecConfig())
+    off, _, _ = generate_all(model, tok, prompt, lambda i: plain, SpecConfig("off"))
     text = tok.decode(off[0])
     stop = text.strip().split()[3]  # a word the answer writes a few tokens in
     stopping = SamplingParams(temperature=0.0, max_tokens=60, stop=(stop,))
-    off, off_deltas, _ = generate_all(model, tok, prompt, lambda i: stopping, SpecConfig())
+    off, off_deltas, _ = generate_all(model, tok, prompt, lambda i: stopping, SpecConfig("off"))
     on, on_deltas, _ = generate_all(model, tok, prompt, lambda i: stopping, SpecConfig("ngram", 8, 1))
     assert on == off and on_deltas[0][-1].finish_reason == off_deltas[0][-1].finish_reason == "stop"
     assert on_deltas[0][-1].completion_tokens == off_deltas[0][-1].completion_tokens == len(off[0])

@@ -88,7 +88,7 @@ def _serve(model, tokenizer, batch: list[list[int]], later: list[int], spec: Spe
     prefill kernel, steps of decode rows only the decode kernel; 20 rows and more take the GEMM, fewer the GEMV).
     With `spec`, the engine's stats are returned too.
     """
-    config = EngineConfig(parallel=4, ctx_size=64, batch_size=20, block_size=16, spec=spec or SpecConfig())
+    config = EngineConfig(parallel=4, ctx_size=64, batch_size=20, block_size=16, spec=spec or SpecConfig("off"))
     engine = Engine(model, tokenizer, config)
     engine.start()
 
