@@ -95,10 +95,3 @@ def fewest_tokens(text: bytes, ids_of: dict[bytes, list[int]]) -> int:
             if best[start] + 1 < best[end] and text[start:end] in ids_of:
                 best[end] = best[start] + 1
     return best[len(text)]
-
-
-def set_bits(row: np.ndarray, ids: np.ndarray) -> None:
-    """Set the bits of `ids` in a packed int32 row (token t = bit t%32 of word t//32)."""
-    flags = np.zeros(row.size * 32, dtype=bool)
-    flags[ids[ids < flags.size]] = True
-    row |= np.packbits(flags, bitorder="little").view(np.int32)

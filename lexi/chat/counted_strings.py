@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from outlines_core import Index
 
-from lexi.chat.counted_regex import BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
+from lexi.chat.counted_items import ArrayMarks, Items, ItemScan
+from lexi.chat.counted_regex import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
 from lexi.chat.regex_cost import byte_vocabulary
 from lexi.chat.regex_text import lit
 
@@ -35,8 +36,8 @@ _MAX_PATHS = 4  # a mark read along more paths than this is not a mark
 
 
 def has_counted(regex: str) -> bool:
-    """Whether `regex` holds counted strings (every one is followed by the EXIT mark)."""
-    return lit(chr(EXIT)) in regex
+    """Whether `regex` holds counted strings or arrays (every one is followed by the EXIT or ARRAY_END mark)."""
+    return lit(chr(EXIT)) in regex or lit(chr(ARRAY_END)) in regex
 
 
 @dataclass(slots=True)
@@ -72,6 +73,7 @@ class StateScan:
     at_boundary: np.ndarray  # it ends on a whole character of the open string, which it has not closed
     narrows: bool  # some token is not ok: outside a string, the guide's own mask is not enough here
     extents: tuple  # (min, max) of `gain` over the ok tokens that stay / close, seen / not (None: no such token)
+    items: ItemScan | None = None  # what the tokens do to counted arrays (None: the regex has none)
 
 
 class CountedStrings:
@@ -97,6 +99,7 @@ class CountedStrings:
         after_exit = table[:, EXIT]
         self.exit = (after_exit >= 0) & (table[np.maximum(after_exit, 0), EXIT] < 0)
         self.distance = self._distances()
+        self.arrays = ArrayMarks(table, self._read)
         self._scans: dict[tuple, StateScan] = {}
         self._lock = threading.Lock()
 
@@ -134,13 +137,19 @@ class CountedStrings:
             distance = relaxed
         return distance
 
-    def walk(self, state: int, data: bytes, run: Run | None) -> Run | None:
-        """The run after writing `data` from `state` (None: outside every counted string)."""
+    def walk(
+        self, state: int, data: bytes, run: Run | None, items: tuple[Items, ...] = ()
+    ) -> tuple[Run | None, tuple[Items, ...]]:
+        """The run after writing `data` from `state` (None: outside every counted string), and the counted arrays
+        open then (innermost last)."""
         i = self._row[state]
+        arrays = self.arrays if self.arrays.present else None
         for byte in data:
             nxt = int(self._table[i, byte])
             if nxt < 0:
-                return None  # the guide refuses this token anyway
+                return None, items  # the guide refuses this token anyway
+            if arrays is not None:
+                items = arrays.step(nxt, items)
             dist = int(self.distance[nxt])
             if self.exit[nxt]:
                 run = None
@@ -157,7 +166,7 @@ class CountedStrings:
             else:
                 run.mid = True
             i = nxt
-        return run
+        return run, items
 
     def scan(self, state: int, run: Run | None, ids: Callable[[], np.ndarray], vocab_bytes: TokenBytes) -> StateScan:
         """Walk all of a state's tokens (`ids()`) at once, cached per state and kind of open run."""
@@ -171,6 +180,72 @@ class CountedStrings:
         return found
 
     def _scan(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> StateScan:
+        """Most tokens (plain text inside a string, or structure outside counted ones) are walked by `_plain_walk`;
+        the rest (control bytes, a counted string's end or beginning) by `_full_walk`."""
+        ok, exits, gain, seen, at_boundary, special = self._plain_walk(start, run, ids, vocab_bytes)
+        picked = np.nonzero(special)[0]
+        if picked.size:
+            walked = self._full_walk(start, run, ids[picked], vocab_bytes)
+            for whole, part in zip((ok, exits, gain, seen, at_boundary), walked, strict=True):
+                whole[picked] = part
+        extents = tuple(
+            (int(gain[group].min()), int(gain[group].max())) if group.any() else None
+            for group in (ok & ~exits & seen, ok & ~exits & ~seen, ok & exits & seen, ok & exits & ~seen)
+        )
+        items = self.arrays.scan(start, ids, vocab_bytes) if self.arrays.present else None
+        narrows = not bool(ok.all()) or (items is not None and not bool(items.ok.all()))
+        return StateScan(ids, ok, exits, gain, seen, at_boundary, narrows, extents, items)
+
+    def _plain_walk(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> tuple:
+        """The figures of `_full_walk` for the tokens that write no control byte, end no counted string and (with none
+        open) begin none: text inside a string, or structure outside counted ones, most of a state's tokens. A few
+        numpy operations a byte instead of `_full_walk`'s many. Returns them and `special`, the tokens it left."""
+        m, dist, table = len(ids), self.distance, self._table
+        lengths, offsets = vocab_bytes.lengths[ids], vocab_bytes.offsets[ids]
+        text = run is not None and run.text
+        cur = np.full(m, start, dtype=np.int64)
+        special = np.zeros(m, dtype=bool)
+        arrivals = np.zeros(m, dtype=np.int64)
+        last = np.full(m, dist[start] if self.boundary[start] else 0, dtype=np.int64)
+        seen = np.full(m, bool(self.boundary[start]))
+        active = np.arange(m)
+        for p in range(int(lengths.max(initial=0))):
+            active = active[lengths[active] > p]
+            if active.size == 0:
+                break
+            byte = vocab_bytes.flat[offsets[active] + p]
+            nxt = table[cur[active], byte]
+            leave = (byte < 0x20) | (nxt < 0)
+            stay = ~leave
+            leave[stay] = self.exit[nxt[stay]] | (run is None) & self.boundary[nxt[stay]]
+            special[active[leave]] = True
+            stay = ~leave
+            active, nxt, byte = active[stay], nxt[stay], byte[stay]
+            cur[active] = nxt
+            if run is None:
+                continue
+            if text:
+                arrivals[active] += (byte & 0xC0) != 0x80
+            else:
+                hit = self.boundary[nxt]
+                h = active[hit]
+                arrivals[h] += 1
+                last[h] = dist[nxt[hit]]
+                seen[h] = True
+        ok, exits = ~special, np.zeros(m, dtype=bool)
+        if run is None:
+            gain, at_boundary = np.where(seen, last, 0), np.zeros(m, dtype=bool)
+        elif text:
+            seen[:] = True
+            gain = arrivals + np.minimum(run.start, dist[cur])
+            at_boundary = dist[cur] <= run.start
+        else:
+            at_boundary = self.boundary[cur]
+            gain = arrivals + np.where(seen, last, 0) + ~at_boundary
+        return ok, exits, gain, seen, at_boundary, special
+
+    def _full_walk(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> tuple:
+        """Every token's walk through opening, counting and closing strings: (ok, exits, gain, seen, at_boundary)."""
         m, dist = len(ids), self.distance
         lengths, offsets = vocab_bytes.lengths[ids], vocab_bytes.offsets[ids]
         text = run is not None and run.text
@@ -263,11 +338,7 @@ class CountedStrings:
             at_boundary = first_open & (dist[cur] <= text_start)
         else:
             at_boundary = first_open & end_boundary
-        extents = tuple(
-            (int(gain[group].min()), int(gain[group].max())) if group.any() else None
-            for group in (ok & ~exits & seen, ok & ~exits & ~seen, ok & exits & seen, ok & exits & ~seen)
-        )
-        return StateScan(ids, ok, exits, gain, seen, at_boundary, not bool(ok.all()), extents)
+        return ok, exits, gain, seen, at_boundary
 
     @staticmethod
     def within_everywhere(scan: StateScan, run: Run) -> bool:
@@ -284,15 +355,18 @@ class CountedStrings:
                 return False
         return True
 
-    def allowed(self, scan: StateScan, run: Run | None, progress_only: bool = False) -> np.ndarray:
-        """The tokens of `scan` that keep every counted string within its bounds, given the open `run`;
-        `progress_only`: only those that stay in the string, end on a whole character and add one (the
-        tokens left are just enough to reach its minimum and close)."""
+    def allowed(
+        self, scan: StateScan, run: Run | None, progress_only: bool = False, top: Items | None = None
+    ) -> np.ndarray:
+        """The tokens of `scan` that keep every counted string within its bounds, given the open `run`, and the
+        innermost counted array open (`top`) within its own; `progress_only`: only those that stay in the string,
+        end on a whole character and add one (the tokens left are just enough to reach its minimum and close)."""
+        keep = scan.ok if scan.items is None else scan.ok & scan.items.allowed(top)
         if run is None:
-            return scan.ids[scan.ok]
+            return scan.ids[keep]
         count = run.arrivals - run.start + scan.gain + np.where(scan.seen, 0, run.last)
         within = np.where(scan.exits, (count >= run.low) & (count <= run.high), count <= run.high)
-        keep = scan.ok & within
+        keep = keep & within
         if progress_only:
             keep &= ~scan.exits & scan.at_boundary & (count > run.count)
         return scan.ids[keep]

@@ -4,7 +4,8 @@ The rule (the spec's Schemas section): what the regex cannot enforce is widened 
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
 `not`, `if`/`then`/`else`, property counts, untranslatable patterns, item counts past their compile
-budget (`regex_cost`; string lengths past it are counted beside the DFA instead, `counted_regex`), integer
+budget (`regex_cost`; string lengths and item counts past it are counted beside the DFA instead,
+`counted_regex`), integer
 bounds of more than 18 digits, and
 nesting past a depth limit: there the regex holds a hole (a NUL character, which JSON text never
 contains raw), and the per-request constraint lets the model open any container at a hole and leaves
@@ -21,7 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.counted_regex import countable, counted_json_body, exit_mark
+from lexi.chat.counted_regex import countable, counted_array, counted_json_body, exit_mark
 from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
 from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
 from lexi.chat.regex_text import alt, literal, repeat
@@ -142,8 +143,12 @@ class SchemaRegex:
             return None
         if item is None or high == 0:
             return "\\u005B" + WS + "\\u005D" if low == 0 else None
-        # counted copies of the item cost its states each, as string characters do
-        more = bounded_repeat(COMMA + item, max(low - 1, 0), None if high is None else high - 1, self.budget, 16)
+        # counted copies of the item cost its states each, as string characters do; past the budget, the items are
+        # counted beside the automaton (counted_regex, counted_items)
+        more_low, more_high = max(low - 1, 0), None if high is None else high - 1
+        if not writes_out(COMMA + item, more_low, more_high, self.budget, 16) and countable(low, high):
+            return counted_array(item, low, high, WS, COMMA)
+        more = bounded_repeat(COMMA + item, more_low, more_high, self.budget, 16)
         body = item + more
         if low == 0:
             body = f"(?:{body})?"

@@ -132,3 +132,41 @@ def test_a_mask_key_names_one_set_so_long_strings_share_masks(
             if token in vocab.eog_ids:
                 break
     assert shared > 10
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokenizer, vocab, form):
+    """A scan walks most tokens the short way (`_plain_walk`): at every state of uniform walks, over every allowed
+    token, it must give what walking each token through opening, counting and closing strings gives."""
+    tools = ToolSet((note_tool(20, 40),), ToolChoice("required"), parallel=False)
+    plan = plan_output(tools, form, None, None)
+    size, skip = smollm2_tokenizer.vocab_size, {*vocab.eog_ids, vocab.hole_id}
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    rnd, checked = np.random.default_rng(1), 0
+    for _ in range(2):
+        constraint = asyncio.run(compiler.constraint(plan))
+        for _ in range(120):
+            if constraint.is_finished():
+                break
+            compiled = constraint._compiled
+            if compiled is not None and compiled.counted is not None and not constraint._free_rest:
+                counted, state = compiled.counted, constraint._guide.get_state()
+                tokens = compiled.index.get_allowed_tokens(state) or []
+                ids = np.array([t for t in tokens if t < size and t not in skip], dtype=np.int64)
+                start, run = counted._row[state], constraint._run
+                scan = counted._scan(start, run, ids, vocab.all_token_bytes)
+                ok, exits, gain, seen, at_boundary = counted._full_walk(start, run, ids, vocab.all_token_bytes)
+                assert np.array_equal(scan.ok, ok)
+                for fast, full in (
+                    (scan.exits, exits),
+                    (scan.gain, gain),
+                    (scan.seen, seen),
+                    (scan.at_boundary, at_boundary),
+                ):
+                    assert np.array_equal(fast[ok], full[ok])  # what a token that is not ok does is never read
+                checked += 1
+            token = int(rnd.choice(allowed_ids(constraint, row, size)))
+            constraint.advance(token)
+            if token in vocab.eog_ids:
+                break
+    assert checked > 50

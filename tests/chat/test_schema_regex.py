@@ -375,10 +375,10 @@ def test_integer_ranges_are_exact(low, high, n):
         assert bool(pattern.fullmatch(str(n))) == inside, (lo, hi, n)
 
 
-EXACT = {  # bounds the regex writes out: what it accepts is exactly what the schema accepts
+EXACT = {  # bounds the regex writes out: what it accepts is exactly what the schema accepts (30 enum items, once here,
+    # were past the budget, so widened all along; they are counted now: tests/chat/test_counted_items.py)
     "string_2_17": {"type": "string", "minLength": 2, "maxLength": 17},
     "numbers_3_20": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 20},
-    "enums_0_30": {"type": "array", "items": {"enum": ["a", "bc", 7]}, "maxItems": 30},
     "range": {"type": "integer", "minimum": -37, "maximum": 1234},
     "byte": {"type": "integer", "minimum": 0, "maximum": 255},
     "open_ends": {"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 300},
