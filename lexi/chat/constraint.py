@@ -144,7 +144,7 @@ class TurnConstraint:
         limit = self._guided_limit()
         state = self._guide.get_state()
         if self._counted_narrows():
-            run, progress, scan = self._run, limit is not None and self._pending_min > 0, self._counted_scan()
+            run, progress, scan = self._run, limit is not None and self._pending_chars > 0, self._counted_scan()
             if run is None:
                 counts = None
             elif not progress and self._compiled.counted.within_everywhere(scan, run):
@@ -152,6 +152,8 @@ class TurnConstraint:
             else:
                 counts = (run.low, run.high, run.arrivals - run.start, run.last, run.count)
             items = None if scan.items is None else scan.items.key(self._top)
+            if limit is not None and self._top is not None:
+                items = (items, self._top.pending())  # what a comma saves near the budget
             return ("counted", self._compiled.serial, state, counts, items, limit, self._pending_min > 0, may_end)
         if limit is not None:
             return ("closing", self._compiled.serial, state, self._compiled.closing.count_within(state, limit), may_end)
@@ -249,17 +251,25 @@ class TurnConstraint:
 
     @property
     def _pending_min(self) -> int:
-        """Characters the open counted string still needs before it may close (a token each, at worst)."""
+        """Tokens the open counted string and arrays still need before they may close: a token each character still
+        needed, at worst, and each item still needed the fewest an item can take."""
+        if not self._items:
+            return self._pending_chars
+        return self._pending_chars + sum(items.pending() for items in self._items) * self._compiled.counted.item_tokens
+
+    @property
+    def _pending_chars(self) -> int:
         return 0 if self._run is None else self._run.pending_min()
+
+    def _scanned(self, state: int) -> np.ndarray:
+        """Which of the closing table's tokens at `state` a counted scan walks (its ids are those, in that order)."""
+        return self._vocab.text_among(self._compiled.closing.tokens(state))
 
     def _counted_scan(self):
         state = self._guide.get_state()
-        skip = {*self._vocab.eog_ids, self._vocab.hole_id}
 
         def ids() -> np.ndarray:
-            allowed = self._compiled.index.get_allowed_tokens(state) or []
-            size = self._vocab.size  # ids past it stand for bytes no token spells
-            return np.fromiter((t for t in allowed if t < size and t not in skip), dtype=np.int64)
+            return self._compiled.closing.tokens(state)[self._scanned(state)].astype(np.int64)
 
         return self._compiled.counted.scan(state, self._run, ids, self._vocab.all_token_bytes)
 
@@ -280,12 +290,13 @@ class TurnConstraint:
         """The guide's tokens that keep counted strings within bounds, narrowed to closing ones near the budget."""
         counted, state = self._compiled.counted, self._guide.get_state()
         scan = self._counted_scan()
-        progress = limit is not None and self._pending_min > 0
-        ids = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
+        progress = limit is not None and self._pending_chars > 0
+        keep = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
         if limit is not None and not progress:
-            closing = ids[among(ids, self._compiled.closing.allowed_within(state, limit))]
-            ids = closing if closing.size else ids  # an array short of its minimum cannot close yet: no narrowing
-        set_bits(row, ids.astype(np.int64))
+            # near the budget: tokens whose next state still closes in time, a comma saving an item still needed
+            near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit + self._item_slack(scan)
+            keep = keep & near if (keep & near).any() else keep
+        set_bits(row, scan.ids[keep])
         hole = self._vocab.hole_id
         if hole is not None and limit is None and self._guide.accepts_tokens([hole]):
             # openers the guide would not take itself (where it does, as text, their count decides)
@@ -293,6 +304,12 @@ class TurnConstraint:
             or_bits(row, openers[~among(openers, scan.ids)])
         if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
             or_bits(row, self._vocab.eog_ids)
+
+    def _item_slack(self, scan) -> np.ndarray | int:
+        top = self._top
+        if top is None or scan.items is None or not top.pending():
+            return 0
+        return np.minimum(scan.items.commas, top.pending()) * self._compiled.counted.item_tokens
 
     def _forced_closer(self) -> ForcedCloser | None:
         """The thought's closer, when its budget leaves no room for another free token; where the thought must

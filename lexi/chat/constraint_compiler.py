@@ -99,6 +99,8 @@ class ConstraintCompiler:
             built = Index(regex, self.vocab.outlines)
             closing = ClosingTable(built, self.vocab.eos_id)
             counted = CountedStrings(regex) if has_counted(regex) else None
+            if counted is not None and counted.arrays.present:
+                counted.item_tokens = closing.shortest_cycle(counted.item_states())
         except Exception as exc:  # outlines-core raises plain errors for regexes it cannot take
             with self._lock:
                 self._running.pop(regex, None)

@@ -100,8 +100,14 @@ class CountedStrings:
         self.exit = (after_exit >= 0) & (table[np.maximum(after_exit, 0), EXIT] < 0)
         self.distance = self._distances()
         self.arrays = ArrayMarks(table, self._read)
+        self.item_tokens = 1  # the fewest tokens one more item of a counted array takes (the compiler sets it)
+        self._states = np.array(states, dtype=np.int64)
         self._scans: dict[tuple, StateScan] = {}
         self._lock = threading.Lock()
+
+    def item_states(self) -> np.ndarray:
+        """The DFA states right after a counted array's comma."""
+        return self._states[self.arrays.item]
 
     def _read(self, kind: int) -> tuple[np.ndarray, np.ndarray]:
         """Per state, the bounds a `kind` mark it accepts names (-1: none); several (a state of two anyOf
@@ -358,18 +364,18 @@ class CountedStrings:
     def allowed(
         self, scan: StateScan, run: Run | None, progress_only: bool = False, top: Items | None = None
     ) -> np.ndarray:
-        """The tokens of `scan` that keep every counted string within its bounds, given the open `run`, and the
+        """Which tokens of `scan` keep every counted string within its bounds, given the open `run`, and the
         innermost counted array open (`top`) within its own; `progress_only`: only those that stay in the string,
         end on a whole character and add one (the tokens left are just enough to reach its minimum and close)."""
         keep = scan.ok if scan.items is None else scan.ok & scan.items.allowed(top)
         if run is None:
-            return scan.ids[keep]
+            return keep
         count = run.arrivals - run.start + scan.gain + np.where(scan.seen, 0, run.last)
         within = np.where(scan.exits, (count >= run.low) & (count <= run.high), count <= run.high)
         keep = keep & within
         if progress_only:
             keep &= ~scan.exits & scan.at_boundary & (count > run.count)
-        return scan.ids[keep]
+        return keep
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,3 +169,20 @@ def test_a_mask_key_names_one_set_across_item_counts(compiler, smollm2_tokenizer
             token = rnd.choice(commas) if commas and seed % 2 else int(rnd.choice(allowed))
             constraint.advance(token)
     assert shared > 10
+
+
+def test_items_still_needed_count_in_the_closing_distance(compiler, smollm2_tokenizer, vocab):
+    """Near the budget, an array short of its minimum is not yet closable: each item still needed adds the fewest tokens
+    an item takes (a lower bound, from the compiled index's own transitions) to the distance."""
+    schema = holder(FLAG, 20, 40)
+    plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
+    constraint = asyncio.run(compiler.constraint(plan, 400))
+    before = constraint.closing_distance()
+    for token in smollm2_tokenizer.encode('{"xs": [{"a": true}'):
+        constraint.advance(token)
+    per_item = constraint._compiled.counted.item_tokens
+    assert 2 <= per_item <= 6  # `,{"a":true}` in a few tokens, never in one
+    assert constraint.closing_distance() >= 19 * per_item > before
+    for token in smollm2_tokenizer.encode(', {"a": false}' * 19):
+        constraint.advance(token)
+    assert constraint.closing_distance() <= 2  # `]}`: the minimum is met
