@@ -18,7 +18,7 @@ import numpy as np
 from outlines_core import Vocabulary
 
 from lexi.chat.constraint_budget import fewest_tokens
-from lexi.chat.counted_strings import TokenBytes
+from lexi.chat.plain_walk import TokenBytes
 
 _SPACE = b" \t\r\n"
 

@@ -27,6 +27,7 @@ from outlines_core import Index
 
 from lexi.chat.counted_items import ArrayMarks, Items, ItemScan
 from lexi.chat.counted_regex import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
+from lexi.chat.plain_walk import TokenBytes, plain_walk
 from lexi.chat.regex_cost import byte_vocabulary
 from lexi.chat.regex_text import lit
 
@@ -185,10 +186,26 @@ class CountedStrings:
                 self._scans[key] = found
         return found
 
+    def warm(self, ids_of: Callable[[int], np.ndarray], vocab_bytes: TokenBytes) -> None:
+        """Scan the inside of every counted string now, on the compiler's thread: a first visit there walks the whole
+        vocabulary, which a step should not wait for. `ids_of(state)`: the tokens a step's scan would walk."""
+        insides = [(row, False, self.low[row], self.high[row]) for row in np.nonzero(self.boundary)[0]]
+        for row in np.nonzero(self.entry)[0]:  # a raw text value starts after the newline
+            inside = self._table[row, 0x0A]
+            if inside >= 0:
+                insides.append((inside, True, self.entry_low[row], self.entry_high[row]))
+        for row, text, low, high in insides:
+            state, dist = int(self._states[row]), int(self.distance[row])
+            try:
+                ids = ids_of(state)
+            except KeyError:  # a state no token reaches
+                continue
+            self.scan(state, Run(int(low), int(high), text, 0, dist, dist), lambda ids=ids: ids, vocab_bytes)
+
     def _scan(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> StateScan:
-        """Most tokens (plain text inside a string, or structure outside counted ones) are walked by `_plain_walk`;
+        """Most tokens (plain text inside a string, or structure outside counted ones) are walked by `plain_walk`;
         the rest (control bytes, a counted string's end or beginning) by `_full_walk`."""
-        ok, exits, gain, seen, at_boundary, special = self._plain_walk(start, run, ids, vocab_bytes)
+        ok, exits, gain, seen, at_boundary, special = plain_walk(self, start, run, ids, vocab_bytes)
         picked = np.nonzero(special)[0]
         if picked.size:
             walked = self._full_walk(start, run, ids[picked], vocab_bytes)
@@ -201,54 +218,6 @@ class CountedStrings:
         items = self.arrays.scan(start, ids, vocab_bytes) if self.arrays.present else None
         narrows = not bool(ok.all()) or (items is not None and not bool(items.ok.all()))
         return StateScan(ids, ok, exits, gain, seen, at_boundary, narrows, extents, items)
-
-    def _plain_walk(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> tuple:
-        """The figures of `_full_walk` for the tokens that write no control byte, end no counted string and (with none
-        open) begin none: text inside a string, or structure outside counted ones, most of a state's tokens. A few
-        numpy operations a byte instead of `_full_walk`'s many. Returns them and `special`, the tokens it left."""
-        m, dist, table = len(ids), self.distance, self._table
-        lengths, offsets = vocab_bytes.lengths[ids], vocab_bytes.offsets[ids]
-        text = run is not None and run.text
-        cur = np.full(m, start, dtype=np.int64)
-        special = np.zeros(m, dtype=bool)
-        arrivals = np.zeros(m, dtype=np.int64)
-        last = np.full(m, dist[start] if self.boundary[start] else 0, dtype=np.int64)
-        seen = np.full(m, bool(self.boundary[start]))
-        active = np.arange(m)
-        for p in range(int(lengths.max(initial=0))):
-            active = active[lengths[active] > p]
-            if active.size == 0:
-                break
-            byte = vocab_bytes.flat[offsets[active] + p]
-            nxt = table[cur[active], byte]
-            leave = (byte < 0x20) | (nxt < 0)
-            stay = ~leave
-            leave[stay] = self.exit[nxt[stay]] | (run is None) & self.boundary[nxt[stay]]
-            special[active[leave]] = True
-            stay = ~leave
-            active, nxt, byte = active[stay], nxt[stay], byte[stay]
-            cur[active] = nxt
-            if run is None:
-                continue
-            if text:
-                arrivals[active] += (byte & 0xC0) != 0x80
-            else:
-                hit = self.boundary[nxt]
-                h = active[hit]
-                arrivals[h] += 1
-                last[h] = dist[nxt[hit]]
-                seen[h] = True
-        ok, exits = ~special, np.zeros(m, dtype=bool)
-        if run is None:
-            gain, at_boundary = np.where(seen, last, 0), np.zeros(m, dtype=bool)
-        elif text:
-            seen[:] = True
-            gain = arrivals + np.minimum(run.start, dist[cur])
-            at_boundary = dist[cur] <= run.start
-        else:
-            at_boundary = self.boundary[cur]
-            gain = arrivals + np.where(seen, last, 0) + ~at_boundary
-        return ok, exits, gain, seen, at_boundary, special
 
     def _full_walk(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> tuple:
         """Every token's walk through opening, counting and closing strings: (ok, exits, gain, seen, at_boundary)."""
@@ -376,20 +345,3 @@ class CountedStrings:
         if progress_only:
             keep &= ~scan.exits & scan.at_boundary & (count > run.count)
         return keep
-
-
-@dataclass(frozen=True, slots=True)
-class TokenBytes:
-    """Every token's bytes in one flat array, for walking many tokens at once."""
-
-    flat: np.ndarray
-    offsets: np.ndarray
-    lengths: np.ndarray
-
-    @classmethod
-    def of(cls, token_bytes: list[bytes]) -> TokenBytes:
-        lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
-        offsets = np.zeros(len(token_bytes), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=offsets[1:])
-        flat = np.frombuffer(b"".join(token_bytes) + b"\x00", dtype=np.uint8)
-        return cls(flat, offsets, lengths)

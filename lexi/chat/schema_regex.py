@@ -3,15 +3,14 @@
 The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
-`not`, `if`/`then`/`else`, property counts, untranslatable patterns, item counts past their compile
-budget (`regex_cost`; string lengths and item counts past it are counted beside the DFA instead,
-`counted_regex`), integer
-bounds of more than 18 digits, and
-nesting past a depth limit: there the regex holds a hole (a NUL character, which JSON text never
-contains raw), and the per-request constraint lets the model open any container at a hole and leaves
-the rest of the output free (a regex cannot count brackets, and writing every level out costs ~4x per
-level in the compiled index). The one narrowing follows common practice: an object that lists
-`properties` and says nothing about others accepts only the listed ones. The output is still verified
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats and a tuple's further
+items past their compile budget (`regex_cost`; string lengths and item counts past it are counted beside the
+DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth limit: there
+the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
+constraint lets the model open any container at a hole and leaves the rest of the output free (a regex
+cannot count brackets, and writing every level out costs ~4x per level in the compiled index). The one
+narrowing follows common practice: an object that lists `properties` and says nothing about others accepts
+only the listed ones. The output is still verified
 against the schema as written, so widening never lets an invalid value through to the client.
 """
 
