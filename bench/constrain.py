@@ -6,7 +6,8 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
   allowed tokens (every state a model could reach is visited, long strings included); p50/p99 in us.
 - mask, max_tokens 48: the same walks cut at 48 tokens, so each ends in the closing regime (masks narrowed to the
   tokens that still close in time, keyed by the tokens left: more fills).
-- compile: cold (a fresh compiler: the index and its closing table) and cached, for each schema.
+- compile: cold (a fresh compiler: the index, its closing table, and the scans of counted strings' insides over the
+  walks a server keeps at load) and cached, for each schema.
 - decode: the engine in this process, tok/s of greedy decoding free (ignore_eos) and under a JSON
   schema whose answer runs long, at 1 and 8 concurrent sequences; the ratio is the target's measure.
 - pace: median time between tokens of one free stream, alone and while a cold compile of the
@@ -43,6 +44,8 @@ from run_info import commit  # noqa: E402
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
 from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
+from lexi.chat.counted_examples import counted_examples  # noqa: E402
+from lexi.chat.counted_strings import CountedStrings  # noqa: E402
 from lexi.chat.regex_cost import dfa_states  # noqa: E402
 from lexi.chat.response_format import ResponseFormat  # noqa: E402
 from lexi.chat.schema_regex import SchemaRegex  # noqa: E402
@@ -312,6 +315,10 @@ def vocabulary(name: str):
 
 def measure(name: str, masks_only: bool = False, only_plans: str = "") -> tuple[list[str], list[str], str | None]:
     f, tok, vocab = vocabulary(name)
+    start = time.perf_counter()
+    for regex in counted_examples():  # what a server does at load (ConstraintCompiler.prewarm_counted)
+        CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
+    print(f"{name}: counted strings' insides walked in {time.perf_counter() - start:.2f} s (at load)", flush=True)
     rows = []
     for label, plan in plans().items():
         if only_plans not in label:

@@ -74,6 +74,16 @@ class ConstraintCompiler:
         for regex in plan.regexes:
             self._cached_or_submit(regex)
 
+    def prewarm_counted(self, regexes: list[str]) -> None:
+        """Walk the vocabulary through the counted strings of `regexes` now, without waiting (the server does it at
+        load): later schemas' counted strings of the same kinds then compile without those walks."""
+
+        def keep() -> None:
+            for regex in regexes:
+                CountedStrings(regex).keep_plain_walks(self.vocab.all_token_bytes)
+
+        self._executor.submit(keep)
+
     def index_now(self, regex: str) -> CompiledIndex:
         """Blocking form, for benchmarks and tests."""
         found = self._cached_or_submit(regex)

@@ -186,21 +186,46 @@ class CountedStrings:
                 self._scans[key] = found
         return found
 
+    def insides(self) -> list[tuple[int, Run]]:
+        """(row, run) for the states inside counted strings where a step walks most of the vocabulary: each JSON
+        string's character boundary, and the states of a raw text value that take ASCII text (the text, and the
+        closer's prefixes that could still be text; not those halfway through a character), with a walk's run there."""
+        found = []
+        for row in np.nonzero(self.boundary)[0]:
+            dist = int(self.distance[row])
+            found.append((int(row), Run(int(self.low[row]), int(self.high[row]), False, 0, dist, dist)))
+        for row in np.nonzero(self.entry)[0]:  # a raw text value starts after the newline
+            first = int(self._table[row, 0x0A])
+            if first < 0:
+                continue
+            dist = int(self.distance[first])
+            seen, order = {first}, [first]
+            for at in order:  # the value's states: all it reaches before its closer ends it
+                for target in np.unique(self._table[at]):
+                    if target >= 0 and not self.exit[target] and int(target) not in seen:
+                        seen.add(int(target))
+                        order.append(int(target))
+            run = Run(int(self.entry_low[row]), int(self.entry_high[row]), True, 0, dist, dist)
+            found += [(at, run) for at in order if (self._table[at, 0x20:0x7F] >= 0).sum() > 48]  # not mid-character
+        return found
+
     def warm(self, ids_of: Callable[[int], np.ndarray], vocab_bytes: TokenBytes) -> None:
         """Scan the inside of every counted string now, on the compiler's thread: a first visit there walks the whole
         vocabulary, which a step should not wait for. `ids_of(state)`: the tokens a step's scan would walk."""
-        insides = [(row, False, self.low[row], self.high[row]) for row in np.nonzero(self.boundary)[0]]
-        for row in np.nonzero(self.entry)[0]:  # a raw text value starts after the newline
-            inside = self._table[row, 0x0A]
-            if inside >= 0:
-                insides.append((inside, True, self.entry_low[row], self.entry_high[row]))
-        for row, text, low, high in insides:
-            state, dist = int(self._states[row]), int(self.distance[row])
+        for row, run in self.insides():
+            state = int(self._states[row])
             try:
                 ids = ids_of(state)
             except KeyError:  # a state no token reaches
                 continue
-            self.scan(state, Run(int(low), int(high), text, 0, dist, dist), lambda ids=ids: ids, vocab_bytes)
+            self.scan(state, run, lambda ids=ids: ids, vocab_bytes)
+
+    def keep_plain_walks(self, vocab_bytes: TokenBytes) -> None:
+        """Walk the whole vocabulary from every inside state (`insides`), so their shapes are kept on `vocab_bytes`
+        for every later schema (a server does this at load, on the compiler's thread)."""
+        everything = np.arange(len(vocab_bytes.lengths))
+        for row, run in self.insides():
+            plain_walk(self, row, run, everything, vocab_bytes)
 
     def _scan(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> StateScan:
         """Most tokens (plain text inside a string, or structure outside counted ones) are walked by `plain_walk`;

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _PLAIN = 0x20  # bytes from here up are plain; below are control bytes, marks included
-_MAX_SHAPE = 64  # states of a shape worth keeping (a string body is ~13; past this the state is structure)
+_MAX_SHAPE = 512  # states of a shape worth keeping (a JSON string body is ~13, a raw text value ~110)
 _LEAVE = -2  # in a shape: the walk stops here (the token is left to the full walk)
 
 
@@ -63,23 +63,23 @@ def _shape(view, start: int, run) -> bytes | None:
     """What `walk_plain` reads from `start`, as bytes (None: too large to be a string's inside)."""
     table, dist = view._table, view.distance
     stops = view.exit | (view.boundary if run is None else np.zeros_like(view.exit))
-    number = {start: 0}
+    canon = np.full(len(table), -1, dtype=np.int64)  # a state's number in the order the walk meets it
+    canon[start] = 0
     order = [start]
     rows = []
     for state in order:
         targets = table[state, _PLAIN:].astype(np.int64)
-        row = np.full(len(targets), -1, dtype=np.int64)
         valid = targets >= 0
-        row[valid & stops[np.maximum(targets, 0)]] = _LEAVE
-        for target in np.unique(targets[valid & ~stops[np.maximum(targets, 0)]]):
-            target = int(target)
-            if target not in number:
-                if len(order) >= _MAX_SHAPE:
-                    return None
-                number[target] = len(order)
-                order.append(target)
-            row[targets == target] = number[target]
-        rows.append(row)
+        stop = valid & stops[np.maximum(targets, 0)]
+        inner = valid & ~stop
+        met = targets[inner][canon[targets[inner]] < 0]
+        fresh, first = np.unique(met, return_index=True)
+        fresh = fresh[np.argsort(first)]  # numbered by the first byte that reaches them: the same in any schema
+        if len(order) + len(fresh) > _MAX_SHAPE:
+            return None
+        canon[fresh] = np.arange(len(order), len(order) + len(fresh))
+        order += fresh.tolist()
+        rows.append(np.where(inner, canon[np.maximum(targets, 0)], np.where(stop, _LEAVE, -1)))
     states = np.array(order)
     kind = b"n" if run is None else b"t%d" % run.start if run.text else b"j"
     return kind + np.stack(rows).tobytes() + view.boundary[states].tobytes() + dist[states].tobytes()

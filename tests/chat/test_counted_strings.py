@@ -19,8 +19,9 @@ from test_constraint_budget import budget_walk
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_examples import counted_examples
 from lexi.chat.counted_regex import BOUNDARY, ENTRY, EXIT
-from lexi.chat.counted_strings import has_counted
+from lexi.chat.counted_strings import CountedStrings, has_counted
 from lexi.chat.output import ChatOutput
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import SchemaRegex
@@ -170,3 +171,17 @@ def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokeniz
             if token in vocab.eog_ids:
                 break
     assert checked > 50 and vocab.all_token_bytes.plain
+
+
+def test_walks_kept_at_load_serve_every_later_schema(compiler, vocab):
+    """What a server walks at load (`counted_examples`) is what every later counted string needs: compiling other
+    schemas, in both forms, with other names and bounds, walks the vocabulary for no new shape."""
+    for regex in counted_examples():
+        CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
+    kept = set(vocab.all_token_bytes.plain)
+    memo = {"type": "object", "properties": {"memo": {"type": "string", "minLength": 5, "maxLength": 300},
+                                             "subject": {"type": "string", "maxLength": 77}}}  # fmt: skip
+    tools = ToolSet((Tool("file_memo", None, memo, strict=False),), ToolChoice("required"), parallel=False)
+    for form in ("json", "function"):
+        asyncio.run(compiler.constraint(plan_output(tools, form, None, None)))
+    assert set(vocab.all_token_bytes.plain) == kept and len(kept) > 10
