@@ -186,3 +186,13 @@ def test_items_still_needed_count_in_the_closing_distance(compiler, smollm2_toke
     for token in smollm2_tokenizer.encode(', {"a": false}' * 19):
         constraint.advance(token)
     assert constraint.closing_distance() <= 2  # `]}`: the minimum is met
+
+
+def test_arrays_of_two_branches_are_not_counted_but_one_array_branch_is():
+    """Two anyOf branches that may both be arrays share their `[` in the DFA: a count opened for one could never close
+    in the other, so neither is counted (widened, verified after); an array beside a null or a string still is."""
+    ints = {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 40}
+    assert not has_counted(SchemaRegex({"anyOf": [ints, {"type": "array", "items": {"type": "string"}}]}).regex())
+    assert not has_counted(SchemaRegex({"anyOf": [ints, {}]}).regex())  # {} may be an array too
+    assert has_counted(SchemaRegex({"anyOf": [ints, {"type": "null"}, {"type": "string"}]}).regex())
+    assert has_counted(SchemaRegex({"type": ["array", "null"], "items": FLAG, "maxItems": 40}).regex())

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
+from lexi.chat.number_regex import int_range
 from lexi.chat.regex_cost import REPEAT_STATES, copy_states
 from lexi.chat.schema_refs import resolve_ref
-from lexi.chat.schema_regex import COMMA, HOLE, SchemaRegex, _merge, int_range, schema_regex
+from lexi.chat.schema_regex import COMMA, HOLE, SchemaRegex, _merge, schema_regex
 
 SCHEMAS: dict[str, Any] = {
     "strings": {
