@@ -6,7 +6,8 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
   allowed tokens (every state a model could reach is visited, long strings included); p50/p99 in us.
 - mask, max_tokens 48: the same walks cut at 48 tokens, so each ends in the closing regime (masks narrowed to the
   tokens that still close in time, keyed by the tokens left: more fills).
-- compile: cold (a fresh compiler: the index and its closing table) and cached, for each schema.
+- compile: cold (a fresh compiler: the index, its closing table, and the scans of counted strings' insides over the
+  walks a server keeps at load) and cached, for each schema.
 - decode: the engine in this process, tok/s of greedy decoding free (ignore_eos) and under a JSON
   schema whose answer runs long, at 1 and 8 concurrent sequences; the ratio is the target's measure.
 - pace: median time between tokens of one free stream, alone and while a cold compile of the
@@ -15,7 +16,8 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
   as translated (counted repeats past the state budget widened) and written out exactly; a written-out
   regex over 2e8 states x tokens (about 10 s a compile) is counted, not compiled.
 
-    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--only bounds|masks] [--no-append]
+    .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--only bounds|masks]
+        [--plans TEXT] [--no-append]
 
 Prints a table and appends it to bench/RESULTS.md with the date, commit and machine.
 """
@@ -42,6 +44,8 @@ from run_info import commit  # noqa: E402
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
 from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
+from lexi.chat.counted_examples import counted_examples  # noqa: E402
+from lexi.chat.counted_strings import CountedStrings  # noqa: E402
 from lexi.chat.regex_cost import dfa_states  # noqa: E402
 from lexi.chat.response_format import ResponseFormat  # noqa: E402
 from lexi.chat.schema_regex import SchemaRegex  # noqa: E402
@@ -135,6 +139,18 @@ NOTE = {
 }
 
 
+# arrays too long to write out in the DFA: their items counted beside it (lexi/chat/counted_items.py)
+FLAG = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+ITEMS = {
+    "type": "object",
+    "properties": {
+        "flags": {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 40},
+        "digits": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "maxItems": 256},
+    },
+    "required": ["flags", "digits"],
+}
+
+
 def one_value(schema: dict) -> dict:
     return {"type": "object", "properties": {"v": schema}, "required": ["v"]}
 
@@ -145,6 +161,8 @@ BOUNDS = {
     "string maxLength 16": one_value({"type": "string", "maxLength": 16}),
     "integers maxItems 20": one_value({"type": "array", "items": {"type": "integer"}, "maxItems": 20}),
     "strings maxItems 20": one_value({"type": "array", "items": {"type": "string"}, "maxItems": 20}),
+    "objects maxItems 40": one_value({"type": "array", "items": FLAG, "maxItems": 40}),
+    "integers maxItems 256": one_value({"type": "array", "items": {"type": "integer"}, "maxItems": 256}),
     "integer in [-37, 1234]": one_value({"type": "integer", "minimum": -37, "maximum": 1234}),
     "integer in (-5, 300)": one_value({"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 300}),
 }
@@ -185,6 +203,7 @@ def plans() -> dict[str, object]:
         "tool call (note: counted 20..40 and 0..256 strings)": plan_output(notes, "json", None, None),
         "function-form call (note: counted strings)": plan_output(notes, "function", None, None),
         "json_schema person": fmt(PERSON),
+        "json_schema counted items (20..40 objects, 0..256 digits)": fmt(ITEMS),
         "json_object": plan_output(None, "json", ResponseFormat("json_object"), None),
         "json_schema large order form": fmt(LARGE),
     }
@@ -294,10 +313,16 @@ def vocabulary(name: str):
     return f, tok, ConstraintVocabulary(tok)
 
 
-def measure(name: str, masks_only: bool = False) -> tuple[list[str], list[str], str | None]:
+def measure(name: str, masks_only: bool = False, only_plans: str = "") -> tuple[list[str], list[str], str | None]:
     f, tok, vocab = vocabulary(name)
+    start = time.perf_counter()
+    for regex in counted_examples():  # what a server does at load (ConstraintCompiler.prewarm_counted)
+        CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
+    print(f"{name}: counted strings' insides walked in {time.perf_counter() - start:.2f} s (at load)", flush=True)
     rows = []
     for label, plan in plans().items():
+        if only_plans not in label:
+            continue
         cold = ConstraintCompiler(vocab, CompilerConfig(timeout=120))  # cold compiles are the measure here
         start = time.perf_counter()
         asyncio.run(cold.constraint(plan))
@@ -350,6 +375,7 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=["bounds", "masks"], help="only the bounds table, or only the compile and mask costs"
     )
+    parser.add_argument("--plans", default="", help="only the mask plans whose label holds this text")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
@@ -365,7 +391,7 @@ def main() -> None:
     ]
     for name in args.models:
         if args.only != "bounds":
-            rows, dec, p = measure(name, masks_only=args.only == "masks")
+            rows, dec, p = measure(name, masks_only=args.only == "masks", only_plans=args.plans)
             masks += rows
             decode += dec
             pace += [p] if p else []

@@ -19,10 +19,12 @@ from dataclasses import replace
 import numpy as np
 from outlines_core import Guide, Index
 
-from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable, set_bits
+from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_items import Items
 from lexi.chat.counted_strings import CountedStrings, Run
+from lexi.chat.mask_bits import among, bit, clear_bits, or_bits, set_bits
 from lexi.chat.thought_budget import ForcedCloser, ThoughtWatch
 from lexi.held_back import held_back_length
 
@@ -80,6 +82,7 @@ class TurnConstraint:
         self._started = False  # the current guided phase consumed a token
         self._free_rest = False  # a container opened at a hole: nothing is restricted any more
         self._run: Run | None = None  # the counted string the guided phase is writing (counted_strings)
+        self._items: tuple[Items, ...] = ()  # the counted arrays open in it, innermost last (counted_items)
         self._thought = ThoughtWatch(plan.thought) if plan.thought is not None else None
         self._guide_steps = 0  # tokens the current guide advanced (what a restore rolls back)
         self._left_guides: dict[int, int] | None = None  # during a walk: guides left behind -> their steps
@@ -93,17 +96,18 @@ class TurnConstraint:
         run = None if self._run is None else replace(self._run)
         thought = None if self._thought is None else self._thought.copy()
         return (self._left, self._phase, self._tail, self._started, self._free_rest, run, thought, self._guide,
-                self._compiled, self._guide_steps)  # fmt: skip
+                self._compiled, self._guide_steps, self._items)  # fmt: skip
 
     def restore(self, snapshot: tuple) -> None:
         """Back to the `snapshot` (the guide of that moment rolled back to its state then)."""
-        left, phase, tail, started, free_rest, run, thought, guide, compiled, steps = snapshot
+        left, phase, tail, started, free_rest, run, thought, guide, compiled, steps, items = snapshot
         if guide is not None:
             now = self._guide_steps if guide is self._guide else self._left_guides.get(id(guide), steps)
             if now > steps:
                 guide.rollback_state(now - steps)
         self._left, self._phase, self._tail, self._started, self._free_rest = left, phase, tail, started, free_rest
         self._run, self._thought, self._guide, self._compiled, self._guide_steps = run, thought, guide, compiled, steps
+        self._items = items
         self._left_guides = None
 
     def closing_distance(self) -> int:
@@ -140,14 +144,17 @@ class TurnConstraint:
         limit = self._guided_limit()
         state = self._guide.get_state()
         if self._counted_narrows():
-            run, progress = self._run, limit is not None and self._pending_min > 0
+            run, progress, scan = self._run, limit is not None and self._pending_chars > 0, self._counted_scan()
             if run is None:
                 counts = None
-            elif not progress and self._compiled.counted.within_everywhere(self._counted_scan(), run):
+            elif not progress and self._compiled.counted.within_everywhere(scan, run):
                 counts = ("within", run.text, run.start)  # the set the scan allows, whatever the count
             else:
                 counts = (run.low, run.high, run.arrivals - run.start, run.last, run.count)
-            return ("counted", self._compiled.serial, state, counts, limit, self._pending_min > 0, may_end)
+            items = None if scan.items is None else scan.items.key(self._top)
+            if limit is not None and self._top is not None:
+                items = (items, self._top.pending())  # what a comma saves near the budget
+            return ("counted", self._compiled.serial, state, counts, items, limit, self._pending_min > 0, may_end)
         if limit is not None:
             return ("closing", self._compiled.serial, state, self._compiled.closing.count_within(state, limit), may_end)
         return ("guided", self._compiled.serial, state, may_end)
@@ -171,7 +178,7 @@ class TurnConstraint:
             if not phase.may_end:
                 banned += self._vocab.eog_ids
             row.fill(-1)
-            _clear_bits(row, banned)
+            clear_bits(row, banned)
             return
         may_end = not self._started and phase.may_end_first
         limit = self._guided_limit()
@@ -182,17 +189,17 @@ class TurnConstraint:
             state = self._guide.get_state()
             set_bits(row, self._compiled.closing.allowed_within(state, limit).astype(np.int64))  # as the key says
             if self._vocab.hole_id is not None:
-                _clear_bits(row, [self._vocab.hole_id])  # no container opens past the depth limit when time is short
+                clear_bits(row, [self._vocab.hole_id])  # no container opens past the depth limit when time is short
             if may_end or self._compiled.closing.is_final(state):
-                _set_bits(row, self._vocab.eog_ids)
+                or_bits(row, self._vocab.eog_ids)
             return
         self._guide.write_mask_into(row.ctypes.data, row.size, 4)
-        if may_end or _bit(row, self._vocab.eos_id):
-            _set_bits(row, self._vocab.eog_ids)
+        if may_end or bit(row, self._vocab.eos_id):
+            or_bits(row, self._vocab.eog_ids)
         hole = self._vocab.hole_id
-        if hole is not None and _bit(row, hole):
-            _clear_bits(row, [hole])
-            _set_bits(row, self._vocab.container_openers)
+        if hole is not None and bit(row, hole):
+            clear_bits(row, [hole])
+            or_bits(row, self._vocab.container_openers)
 
     def advance(self, token_id: int) -> None:
         if self._left is not None:
@@ -220,7 +227,7 @@ class TurnConstraint:
         self._guide_steps += 1
         self._started = True
         if counted is not None:
-            self._run = counted.walk(before, self._vocab.token_bytes[token_id], self._run)
+            self._run, self._items = counted.walk(before, self._vocab.token_bytes[token_id], self._run, self._items)
         if self._compiled.terminal(self._guide.get_state(), self._vocab.eos_id):
             self._enter(self._phase + 1)
 
@@ -244,42 +251,65 @@ class TurnConstraint:
 
     @property
     def _pending_min(self) -> int:
-        """Characters the open counted string still needs before it may close (a token each, at worst)."""
+        """Tokens the open counted string and arrays still need before they may close: a token each character still
+        needed, at worst, and each item still needed the fewest an item can take."""
+        if not self._items:
+            return self._pending_chars
+        return self._pending_chars + sum(items.pending() for items in self._items) * self._compiled.counted.item_tokens
+
+    @property
+    def _pending_chars(self) -> int:
         return 0 if self._run is None else self._run.pending_min()
+
+    def _scanned(self, state: int) -> np.ndarray:
+        """Which of the closing table's tokens at `state` a counted scan walks (its ids are those, in that order)."""
+        return self._vocab.text_among(self._compiled.closing.tokens(state))
 
     def _counted_scan(self):
         state = self._guide.get_state()
-        skip = {*self._vocab.eog_ids, self._vocab.hole_id}
 
         def ids() -> np.ndarray:
-            allowed = self._compiled.index.get_allowed_tokens(state) or []
-            size = self._vocab.size  # ids past it stand for bytes no token spells
-            return np.fromiter((t for t in allowed if t < size and t not in skip), dtype=np.int64)
+            return self._compiled.closing.tokens(state)[self._scanned(state)].astype(np.int64)
 
         return self._compiled.counted.scan(state, self._run, ids, self._vocab.all_token_bytes)
 
+    @property
+    def _top(self) -> Items | None:
+        return self._items[-1] if self._items else None
+
     def _counted_narrows(self) -> bool:
-        """Whether the counted strings take anything from this step's guide mask (never without them)."""
+        """Whether the counted strings and arrays take anything from this step's guide mask (never without them)."""
         if self._compiled.counted is None:
             return False
-        return self._run is not None or self._counted_scan().narrows
+        if self._run is not None:
+            return True
+        scan = self._counted_scan()
+        return scan.narrows or (bool(self._items) and scan.items is not None and scan.items.touches)
 
     def _fill_counted(self, row: np.ndarray, limit: int | None, may_end: bool) -> None:
         """The guide's tokens that keep counted strings within bounds, narrowed to closing ones near the budget."""
         counted, state = self._compiled.counted, self._guide.get_state()
         scan = self._counted_scan()
-        progress = limit is not None and self._pending_min > 0
-        ids = counted.allowed(scan, self._run, progress_only=progress)
+        progress = limit is not None and self._pending_chars > 0
+        keep = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
         if limit is not None and not progress:
-            ids = ids[_among(ids, self._compiled.closing.allowed_within(state, limit))]
-        set_bits(row, ids.astype(np.int64))
+            # near the budget: tokens whose next state still closes in time, a comma saving an item still needed
+            near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit + self._item_slack(scan)
+            keep = keep & near if (keep & near).any() else keep
+        set_bits(row, scan.ids[keep])
         hole = self._vocab.hole_id
         if hole is not None and limit is None and self._guide.accepts_tokens([hole]):
             # openers the guide would not take itself (where it does, as text, their count decides)
             openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
-            _set_bits(row, openers[~_among(openers, scan.ids)])
+            or_bits(row, openers[~among(openers, scan.ids)])
         if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
-            _set_bits(row, self._vocab.eog_ids)
+            or_bits(row, self._vocab.eog_ids)
+
+    def _item_slack(self, scan) -> np.ndarray | int:
+        top = self._top
+        if top is None or scan.items is None or not top.pending():
+            return 0
+        return np.minimum(scan.items.commas, top.pending()) * self._compiled.counted.item_tokens
 
     def _forced_closer(self) -> ForcedCloser | None:
         """The thought's closer, when its budget leaves no room for another free token; where the thought must
@@ -356,7 +386,7 @@ class TurnConstraint:
         if self._left_guides is not None and self._guide is not None:
             self._left_guides[id(self._guide)] = self._guide_steps
         self._phase, self._tail, self._started, self._guide, self._compiled = index, b"", False, None, None
-        self._run, self._guide_steps = None, 0
+        self._run, self._guide_steps, self._items = None, 0, ()
         if index < len(self._plan.phases) and isinstance(self._current, Guided):
             self._compiled = self._indexes[self._current.regex]
             self._guide = Guide(self._compiled.index, max_rollback=MAX_ROLLBACK)
@@ -364,32 +394,3 @@ class TurnConstraint:
     def _held(self, marker: bytes) -> int:
         """Length of the longest end of the free text that is a proper prefix of the marker."""
         return held_back_length(self._tail, (marker,))
-
-
-def _bit(row: np.ndarray, token_id: int) -> bool:
-    return bool((int(row[token_id >> 5]) >> (token_id & 31)) & 1)
-
-
-def _set_bits(row: np.ndarray, ids) -> None:
-    words = row.view(np.uint32)
-    for token_id in ids:
-        if token_id >> 5 < words.size:
-            words[token_id >> 5] |= np.uint32(1 << (token_id & 31))
-
-
-def _clear_bits(row: np.ndarray, ids) -> None:
-    words = row.view(np.uint32)
-    for token_id in ids:
-        if token_id >> 5 < words.size:
-            words[token_id >> 5] &= np.uint32(~(1 << (token_id & 31)) & 0xFFFFFFFF)
-
-
-def _among(ids: np.ndarray, members: np.ndarray) -> np.ndarray:
-    """Which of `ids` are in `members` (both token ids): a lookup table, not numpy's set operations, whose
-    hashing costs milliseconds a step over a large vocabulary's allowed set."""
-    ids, members = np.asarray(ids, dtype=np.int64), np.asarray(members, dtype=np.int64)
-    if ids.size == 0 or members.size == 0:
-        return np.zeros(ids.size, dtype=bool)
-    table = np.zeros(int(max(ids.max(), members.max())) + 1, dtype=bool)
-    table[members] = True
-    return table[ids]

@@ -21,7 +21,7 @@ UNREACHABLE = 1 << 30  # a state from which the phase cannot end
 class ClosingTable:
     """Token distances to the end of one compiled regex's phase, per state and per allowed token."""
 
-    __slots__ = ("_row", "_distance", "_worst", "_tokens", "_next", "_final")
+    __slots__ = ("_row", "_distance", "_worst", "_tokens", "_next", "_final", "_edges")
 
     def __init__(self, index: Index, eos_id: int) -> None:
         transitions = index.get_transitions()
@@ -41,13 +41,8 @@ class ClosingTable:
         src = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t in enumerate(targets)])
         dst = np.concatenate(targets)
         pairs = np.unique(src * len(states) + dst)  # one edge per pair of states: tokens collapse
-        src, dst = pairs // len(states), pairs % len(states)
-        while True:  # shortest paths in tokens: relax until nothing shortens (at most the longest path's rounds)
-            relaxed = distance.copy()
-            np.minimum.at(relaxed, src, np.minimum(distance[dst] + 1, UNREACHABLE))
-            if np.array_equal(relaxed, distance):
-                break
-            distance = relaxed
+        self._edges = (pairs // len(states), pairs % len(states))
+        distance = self._relax(distance)
         self._row = row
         self._distance = distance
         self._final = {row[s] for s in final}
@@ -59,6 +54,39 @@ class ClosingTable:
             self._next.append(after[order])
             worst[i] = after.max() if len(after) else 0
         self._worst = worst
+
+    def _relax(self, distance: np.ndarray) -> np.ndarray:
+        """Shortest paths in tokens: relax until nothing shortens (at most the longest path's rounds)."""
+        src, dst = self._edges
+        while True:
+            relaxed = distance.copy()
+            np.minimum.at(relaxed, src, np.minimum(distance[dst] + 1, UNREACHABLE))
+            if np.array_equal(relaxed, distance):
+                return distance
+            distance = relaxed
+
+    def shortest_cycle(self, states) -> int:
+        """The fewest tokens that lead from one of `states` back to itself (UNREACHABLE: none do); for the states after
+        a counted array's commas, what one more item costs at the least."""
+        src, dst = self._edges
+        best = UNREACHABLE
+        for state in states:
+            i = self._row.get(int(state))
+            if i is None:
+                continue
+            to_it = np.full(len(self._distance), UNREACHABLE, dtype=np.int64)
+            to_it[i] = 0
+            to_it = self._relax(to_it)
+            best = min(best, int(to_it[dst[src == i]].min(initial=UNREACHABLE - 1)) + 1)
+        return best
+
+    def tokens(self, state: int) -> np.ndarray:
+        """Every token allowed at `state` but the end of output (nearest the end first)."""
+        return self._tokens[self._row[state]]
+
+    def next_distances(self, state: int) -> np.ndarray:
+        """For each of `tokens(state)`, how far its next state is from the end."""
+        return self._next[self._row[state]]
 
     def distance(self, state: int) -> int:
         """Fewest tokens from `state` to the end of the phase."""
@@ -95,10 +123,3 @@ def fewest_tokens(text: bytes, ids_of: dict[bytes, list[int]]) -> int:
             if best[start] + 1 < best[end] and text[start:end] in ids_of:
                 best[end] = best[start] + 1
     return best[len(text)]
-
-
-def set_bits(row: np.ndarray, ids: np.ndarray) -> None:
-    """Set the bits of `ids` in a packed int32 row (token t = bit t%32 of word t//32)."""
-    flags = np.zeros(row.size * 32, dtype=bool)
-    flags[ids[ids < flags.size]] = True
-    row |= np.packbits(flags, bitorder="little").view(np.int32)

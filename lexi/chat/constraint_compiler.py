@@ -74,6 +74,16 @@ class ConstraintCompiler:
         for regex in plan.regexes:
             self._cached_or_submit(regex)
 
+    def prewarm_counted(self, regexes: list[str]) -> None:
+        """Walk the vocabulary through the counted strings of `regexes` now, without waiting (the server does it at
+        load): later schemas' counted strings of the same kinds then compile without those walks."""
+
+        def keep() -> None:
+            for regex in regexes:
+                CountedStrings(regex).keep_plain_walks(self.vocab.all_token_bytes)
+
+        self._executor.submit(keep)
+
     def index_now(self, regex: str) -> CompiledIndex:
         """Blocking form, for benchmarks and tests."""
         found = self._cached_or_submit(regex)
@@ -93,12 +103,20 @@ class ConstraintCompiler:
                 self._running[regex] = future
             return future
 
+    def _scanned(self, closing: ClosingTable, state: int):
+        tokens = closing.tokens(state)
+        return tokens[self.vocab.text_among(tokens)].astype("int64")
+
     def _compile(self, regex: str) -> CompiledIndex:
         started = time.perf_counter()
         try:
             built = Index(regex, self.vocab.outlines)
             closing = ClosingTable(built, self.vocab.eos_id)
             counted = CountedStrings(regex) if has_counted(regex) else None
+            if counted is not None:
+                if counted.arrays.present:
+                    counted.item_tokens = closing.shortest_cycle(counted.item_states())
+                counted.warm(lambda state: self._scanned(closing, state), self.vocab.all_token_bytes)
         except Exception as exc:  # outlines-core raises plain errors for regexes it cannot take
             with self._lock:
                 self._running.pop(regex, None)

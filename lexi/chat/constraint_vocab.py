@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 from outlines_core import Vocabulary
 
 from lexi.chat.constraint_budget import fewest_tokens
-from lexi.chat.counted_strings import TokenBytes
+from lexi.chat.plain_walk import TokenBytes
 
 _SPACE = b" \t\r\n"
 
@@ -64,6 +65,13 @@ class ConstraintVocabulary:
             if self._all_bytes is None:
                 self._all_bytes = TokenBytes.of(self.token_bytes)
             return self._all_bytes
+
+    def text_among(self, tokens: np.ndarray) -> np.ndarray:
+        """Which of `tokens` are text: not an end of output, not the hole, not a mark byte no token spells."""
+        keep = tokens < self.size
+        for token in {*self.eog_ids, self.hole_id}:
+            keep &= tokens != (-1 if token is None else token)
+        return keep
 
     def banned(self, marker: bytes, held: int, enter: bool) -> tuple[int, ...]:
         """Tokens that, after text ending in marker[:held], would complete `marker` badly.

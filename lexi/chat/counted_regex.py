@@ -10,6 +10,8 @@ nothing a schema accepts is narrowed:
   ENTRY + min + max (the value itself may hold any character);
 - after either string's closer (the quote, `\\n</parameter>`), EXIT, where only JSON punctuation or a
   newline may follow.
+Item counts of an array too long to write out are marked the same way (`counted_items` counts them):
+ARRAY + min + max right after its `[`, ITEM right after each of its commas, ARRAY_END after its `]`.
 min and max are written as four digits each, the digits being the control characters U+0010..U+001F.
 A model never writes a mark (the constraint masks them out); they only let `counted_strings` read, from
 the DFA's own states, where a counted string begins, which bounds it has and where it ends.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from lexi.chat.regex_text import lit
 
 BOUNDARY, ENTRY, EXIT = 0x01, 0x02, 0x03
+ARRAY, ITEM, ARRAY_END = 0x04, 0x05, 0x06
 DIGIT_BASE = 0x10  # U+0010 + d is the digit d (0..15)
 DIGITS = 4
 UNBOUNDED = 0xFFFF  # the max of a string with no maxLength; larger bounds are not counted
@@ -51,3 +54,14 @@ def entry_mark(low: int, high: int | None) -> str:
 def exit_mark() -> str:
     """What follows a counted string's closer: an optional EXIT (never written, only read)."""
     return f"(?:{lit(chr(EXIT))})?"
+
+
+def counted_array(item: str, low: int, high: int | None, ws: str, comma: str) -> str:
+    """An array of `item`s, low..high of them, marked for counting (`comma` is `ws , ws`: ITEM goes after its `,`)."""
+    separator = comma.replace("\\u002C", "\\u002C" + f"(?:{lit(chr(ITEM))})?", 1)
+    assert separator != comma, comma
+    body = f"{item}(?:{separator}{item})*"
+    if low == 0:
+        body = f"(?:{body})?"
+    opener = f"(?:{bounds_mark(ARRAY, low, high)})?"
+    return "\\u005B" + opener + ws + body + ws + "\\u005D" + f"(?:{lit(chr(ARRAY_END))})?"

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from outlines_core import Index
 
-from lexi.chat.counted_regex import BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
+from lexi.chat.counted_items import ArrayMarks, Items, ItemScan
+from lexi.chat.counted_regex import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
+from lexi.chat.plain_walk import TokenBytes, plain_walk
 from lexi.chat.regex_cost import byte_vocabulary
 from lexi.chat.regex_text import lit
 
@@ -35,8 +37,8 @@ _MAX_PATHS = 4  # a mark read along more paths than this is not a mark
 
 
 def has_counted(regex: str) -> bool:
-    """Whether `regex` holds counted strings (every one is followed by the EXIT mark)."""
-    return lit(chr(EXIT)) in regex
+    """Whether `regex` holds counted strings or arrays (every one is followed by the EXIT or ARRAY_END mark)."""
+    return lit(chr(EXIT)) in regex or lit(chr(ARRAY_END)) in regex
 
 
 @dataclass(slots=True)
@@ -72,6 +74,7 @@ class StateScan:
     at_boundary: np.ndarray  # it ends on a whole character of the open string, which it has not closed
     narrows: bool  # some token is not ok: outside a string, the guide's own mask is not enough here
     extents: tuple  # (min, max) of `gain` over the ok tokens that stay / close, seen / not (None: no such token)
+    items: ItemScan | None = None  # what the tokens do to counted arrays (None: the regex has none)
 
 
 class CountedStrings:
@@ -97,8 +100,15 @@ class CountedStrings:
         after_exit = table[:, EXIT]
         self.exit = (after_exit >= 0) & (table[np.maximum(after_exit, 0), EXIT] < 0)
         self.distance = self._distances()
+        self.arrays = ArrayMarks(table, self._read)
+        self.item_tokens = 1  # the fewest tokens one more item of a counted array takes (the compiler sets it)
+        self._states = np.array(states, dtype=np.int64)
         self._scans: dict[tuple, StateScan] = {}
         self._lock = threading.Lock()
+
+    def item_states(self) -> np.ndarray:
+        """The DFA states right after a counted array's comma."""
+        return self._states[self.arrays.item]
 
     def _read(self, kind: int) -> tuple[np.ndarray, np.ndarray]:
         """Per state, the bounds a `kind` mark it accepts names (-1: none); several (a state of two anyOf
@@ -134,13 +144,19 @@ class CountedStrings:
             distance = relaxed
         return distance
 
-    def walk(self, state: int, data: bytes, run: Run | None) -> Run | None:
-        """The run after writing `data` from `state` (None: outside every counted string)."""
+    def walk(
+        self, state: int, data: bytes, run: Run | None, items: tuple[Items, ...] = ()
+    ) -> tuple[Run | None, tuple[Items, ...]]:
+        """The run after writing `data` from `state` (None: outside every counted string), and the counted arrays
+        open then (innermost last)."""
         i = self._row[state]
+        arrays = self.arrays if self.arrays.present else None
         for byte in data:
             nxt = int(self._table[i, byte])
             if nxt < 0:
-                return None  # the guide refuses this token anyway
+                return None, items  # the guide refuses this token anyway
+            if arrays is not None:
+                items = arrays.step(nxt, items)
             dist = int(self.distance[nxt])
             if self.exit[nxt]:
                 run = None
@@ -157,7 +173,7 @@ class CountedStrings:
             else:
                 run.mid = True
             i = nxt
-        return run
+        return run, items
 
     def scan(self, state: int, run: Run | None, ids: Callable[[], np.ndarray], vocab_bytes: TokenBytes) -> StateScan:
         """Walk all of a state's tokens (`ids()`) at once, cached per state and kind of open run."""
@@ -170,7 +186,66 @@ class CountedStrings:
                 self._scans[key] = found
         return found
 
+    def insides(self) -> list[tuple[int, Run]]:
+        """(row, run) for the states inside counted strings where a step walks most of the vocabulary: each JSON
+        string's character boundary, and the states of a raw text value that take ASCII text (the text, and the
+        closer's prefixes that could still be text; not those halfway through a character), with a walk's run there."""
+        found = []
+        for row in np.nonzero(self.boundary)[0]:
+            dist = int(self.distance[row])
+            found.append((int(row), Run(int(self.low[row]), int(self.high[row]), False, 0, dist, dist)))
+        for row in np.nonzero(self.entry)[0]:  # a raw text value starts after the newline
+            first = int(self._table[row, 0x0A])
+            if first < 0:
+                continue
+            dist = int(self.distance[first])
+            seen, order = {first}, [first]
+            for at in order:  # the value's states: all it reaches before its closer ends it
+                for target in np.unique(self._table[at]):
+                    if target >= 0 and not self.exit[target] and int(target) not in seen:
+                        seen.add(int(target))
+                        order.append(int(target))
+            run = Run(int(self.entry_low[row]), int(self.entry_high[row]), True, 0, dist, dist)
+            found += [(at, run) for at in order if (self._table[at, 0x20:0x7F] >= 0).sum() > 48]  # not mid-character
+        return found
+
+    def warm(self, ids_of: Callable[[int], np.ndarray], vocab_bytes: TokenBytes) -> None:
+        """Scan the inside of every counted string now, on the compiler's thread: a first visit there walks the whole
+        vocabulary, which a step should not wait for. `ids_of(state)`: the tokens a step's scan would walk."""
+        for row, run in self.insides():
+            state = int(self._states[row])
+            try:
+                ids = ids_of(state)
+            except KeyError:  # a state no token reaches
+                continue
+            self.scan(state, run, lambda ids=ids: ids, vocab_bytes)
+
+    def keep_plain_walks(self, vocab_bytes: TokenBytes) -> None:
+        """Walk the whole vocabulary from every inside state (`insides`), so their shapes are kept on `vocab_bytes`
+        for every later schema (a server does this at load, on the compiler's thread)."""
+        everything = np.arange(len(vocab_bytes.lengths))
+        for row, run in self.insides():
+            plain_walk(self, row, run, everything, vocab_bytes)
+
     def _scan(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> StateScan:
+        """Most tokens (plain text inside a string, or structure outside counted ones) are walked by `plain_walk`;
+        the rest (control bytes, a counted string's end or beginning) by `_full_walk`."""
+        ok, exits, gain, seen, at_boundary, special = plain_walk(self, start, run, ids, vocab_bytes)
+        picked = np.nonzero(special)[0]
+        if picked.size:
+            walked = self._full_walk(start, run, ids[picked], vocab_bytes)
+            for whole, part in zip((ok, exits, gain, seen, at_boundary), walked, strict=True):
+                whole[picked] = part
+        extents = tuple(
+            (int(gain[group].min()), int(gain[group].max())) if group.any() else None
+            for group in (ok & ~exits & seen, ok & ~exits & ~seen, ok & exits & seen, ok & exits & ~seen)
+        )
+        items = self.arrays.scan(start, ids, vocab_bytes) if self.arrays.present else None
+        narrows = not bool(ok.all()) or (items is not None and not bool(items.ok.all()))
+        return StateScan(ids, ok, exits, gain, seen, at_boundary, narrows, extents, items)
+
+    def _full_walk(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> tuple:
+        """Every token's walk through opening, counting and closing strings: (ok, exits, gain, seen, at_boundary)."""
         m, dist = len(ids), self.distance
         lengths, offsets = vocab_bytes.lengths[ids], vocab_bytes.offsets[ids]
         text = run is not None and run.text
@@ -263,11 +338,7 @@ class CountedStrings:
             at_boundary = first_open & (dist[cur] <= text_start)
         else:
             at_boundary = first_open & end_boundary
-        extents = tuple(
-            (int(gain[group].min()), int(gain[group].max())) if group.any() else None
-            for group in (ok & ~exits & seen, ok & ~exits & ~seen, ok & exits & seen, ok & exits & ~seen)
-        )
-        return StateScan(ids, ok, exits, gain, seen, at_boundary, not bool(ok.all()), extents)
+        return ok, exits, gain, seen, at_boundary
 
     @staticmethod
     def within_everywhere(scan: StateScan, run: Run) -> bool:
@@ -284,32 +355,18 @@ class CountedStrings:
                 return False
         return True
 
-    def allowed(self, scan: StateScan, run: Run | None, progress_only: bool = False) -> np.ndarray:
-        """The tokens of `scan` that keep every counted string within its bounds, given the open `run`;
-        `progress_only`: only those that stay in the string, end on a whole character and add one (the
-        tokens left are just enough to reach its minimum and close)."""
+    def allowed(
+        self, scan: StateScan, run: Run | None, progress_only: bool = False, top: Items | None = None
+    ) -> np.ndarray:
+        """Which tokens of `scan` keep every counted string within its bounds, given the open `run`, and the
+        innermost counted array open (`top`) within its own; `progress_only`: only those that stay in the string,
+        end on a whole character and add one (the tokens left are just enough to reach its minimum and close)."""
+        keep = scan.ok if scan.items is None else scan.ok & scan.items.allowed(top)
         if run is None:
-            return scan.ids[scan.ok]
+            return keep
         count = run.arrivals - run.start + scan.gain + np.where(scan.seen, 0, run.last)
         within = np.where(scan.exits, (count >= run.low) & (count <= run.high), count <= run.high)
-        keep = scan.ok & within
+        keep = keep & within
         if progress_only:
             keep &= ~scan.exits & scan.at_boundary & (count > run.count)
-        return scan.ids[keep]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenBytes:
-    """Every token's bytes in one flat array, for walking many tokens at once."""
-
-    flat: np.ndarray
-    offsets: np.ndarray
-    lengths: np.ndarray
-
-    @classmethod
-    def of(cls, token_bytes: list[bytes]) -> TokenBytes:
-        lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
-        offsets = np.zeros(len(token_bytes), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=offsets[1:])
-        flat = np.frombuffer(b"".join(token_bytes) + b"\x00", dtype=np.uint8)
-        return cls(flat, offsets, lengths)
+        return keep

@@ -3,25 +3,25 @@
 The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
-`not`, `if`/`then`/`else`, property counts, untranslatable patterns, item counts past their compile
-budget (`regex_cost`; string lengths past it are counted beside the DFA instead, `counted_regex`), integer
-bounds of more than 18 digits, and
-nesting past a depth limit: there the regex holds a hole (a NUL character, which JSON text never
-contains raw), and the per-request constraint lets the model open any container at a hole and leaves
-the rest of the output free (a regex cannot count brackets, and writing every level out costs ~4x per
-level in the compiled index). The one narrowing follows common practice: an object that lists
-`properties` and says nothing about others accepts only the listed ones. The output is still verified
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats and a tuple's further
+items past their compile budget (`regex_cost`; string lengths and item counts past it are counted beside the
+DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth limit: there
+the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
+constraint lets the model open any container at a hole and leaves the rest of the output free (a regex
+cannot count brackets, and writing every level out costs ~4x per level in the compiled index). The one
+narrowing follows common practice: an object that lists `properties` and says nothing about others accepts
+only the listed ones. The output is still verified
 against the schema as written, so widening never lets an invalid value through to the client.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.counted_regex import countable, counted_json_body, exit_mark
+from lexi.chat.counted_regex import countable, counted_array, counted_json_body, exit_mark
+from lexi.chat.number_regex import NUMBER, integer_regex, number_regex
 from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
 from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
 from lexi.chat.regex_text import alt, literal, repeat
@@ -32,14 +32,10 @@ COMMA = WS + "\\u002C" + WS
 COLON = WS + "\\u003A" + WS
 QUOTE = "\\u0022"
 NULL, BOOLEAN = "null", "(?:true|false)"
-INTEGER = "\\u002D?(?:0|[1-9][0-9]*)"
-FRACTION_EXPONENT = "(?:\\u002E[0-9]+)?(?:[eE][\\u002B\\u002D]?[0-9]+)?"
-NUMBER = INTEGER + FRACTION_EXPONENT
 TYPES = ("object", "array", "string", "number", "boolean", "null")
 MAX_DEPTH = 8  # nesting of a schema's own objects/arrays (and $ref expansions) written out exactly
 ANY_DEPTH = 1  # levels of containers written out exactly inside a value the schema leaves open
 HOLE = "\\u0000"  # where a container past the depth limit may open (see the module docstring)
-MAX_DIGITS = 18  # integer bounds with more digits are not written out
 OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties")
 
 
@@ -49,6 +45,7 @@ class SchemaRegex:
     def __init__(self, root: Mapping[str, Any] | bool, budget: int = REPEAT_STATES) -> None:
         self.root = root
         self.budget = budget  # DFA states a counted repeat may add before it is widened (see regex_cost)
+        self._shared_brackets = 0  # inside anyOf branches of which two may be arrays: no item counts (see array_regex)
         # A raw quote byte inside a string-rooted answer would restart the match in the unanchored DFA that
         # outlines-core also builds, and counted string characters then cost exponential compile time
         # (Gemma: 1.5 s for a 10-character bound, 286 s for 20). Such answers write a quote as \u0022: the
@@ -81,7 +78,13 @@ class SchemaRegex:
         branches = schema.get("anyOf") or schema.get("oneOf")  # oneOf widened to anyOf
         if isinstance(branches, list):
             rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
-            return alt(self.value(_merge([rest, b]) if rest else b, depth) for b in branches)
+            branches = [_merge([rest, b]) if rest else b for b in branches]
+            shared = sum(_may_be_array(b, self.root) for b in branches) > 1
+            self._shared_brackets += shared
+            try:
+                return alt(self.value(b, depth) for b in branches)
+            finally:
+                self._shared_brackets -= shared
         if "const" in schema:
             return value_literal(schema["const"])
         if isinstance(schema.get("enum"), list):
@@ -142,8 +145,15 @@ class SchemaRegex:
             return None
         if item is None or high == 0:
             return "\\u005B" + WS + "\\u005D" if low == 0 else None
-        # counted copies of the item cost its states each, as string characters do
-        more = bounded_repeat(COMMA + item, max(low - 1, 0), None if high is None else high - 1, self.budget, 16)
+        # counted copies of the item cost its states each, as string characters do; past the budget, the items are
+        # counted beside the automaton (counted_regex, counted_items)
+        more_low, more_high = max(low - 1, 0), None if high is None else high - 1
+        # (not where another branch's array shares the `[`: the DFA would merge them, and a count opened for one
+        # could never close in the other)
+        counted = not self._shared_brackets and countable(low, high)
+        if counted and not writes_out(COMMA + item, more_low, more_high, self.budget, 16):
+            return counted_array(item, low, high, WS, COMMA)
+        more = bounded_repeat(COMMA + item, more_low, more_high, self.budget, 16)
         body = item + more
         if low == 0:
             body = f"(?:{body})?"
@@ -234,6 +244,26 @@ def _never_a_string(schema: Any, root: Any, depth: int = 0) -> bool:
     return isinstance(kinds, list) and bool(kinds) and set(kinds) <= {"object", "array"}
 
 
+def _may_be_array(schema: Any, root: Any, depth: int = 0) -> bool:
+    """Whether the schema may take an array (True unless its type, enum or const rules one out)."""
+    if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
+        return schema is not False
+    if isinstance(schema.get("$ref"), str):
+        try:
+            return _may_be_array(resolve_ref(root, schema["$ref"]), root, depth + 1)
+        except ValueError:
+            return True
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list):
+        return any(_may_be_array(b, root, depth + 1) for b in branches)
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        return not isinstance(values, list) or any(isinstance(v, list) for v in values)
+    kind = schema.get("type")
+    kinds = [kind] if isinstance(kind, str) else kind
+    return not isinstance(kinds, list) or "array" in kinds
+
+
 def schema_regex(schema: Mapping[str, Any] | bool) -> str | None:
     return SchemaRegex(schema).regex()
 
@@ -296,90 +326,3 @@ def _count(value: Any, default: int | None) -> int | None:
 
 def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def integer_regex(schema: Mapping[str, Any]) -> str | None:
-    low, high = _bounds(schema, integral=True)
-    if low is not None and high is not None and low > high:
-        return None
-    return int_range(low, high)
-
-
-def number_regex(schema: Mapping[str, Any]) -> str:
-    low, _ = _bounds(schema, integral=False)
-    if low is not None and low >= 0:
-        # non-negative (a written -0 is zero, so it stays allowed)
-        return f"(?:(?:0|[1-9][0-9]*){FRACTION_EXPONENT}|\\u002D0(?:\\u002E0+)?(?:[eE][\\u002B\\u002D]?[0-9]+)?)"
-    return NUMBER
-
-
-def _bounds(schema: Mapping[str, Any], integral: bool) -> tuple[Any, Any]:
-    """(low, high) inclusive; integral bounds are rounded inward, bounds too big to write out dropped."""
-
-    def num(key):
-        value = schema.get(key)
-        ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-        return value if ok else None
-
-    low, high = num("minimum"), num("maximum")
-    ex_low, ex_high = num("exclusiveMinimum"), num("exclusiveMaximum")
-    if integral:
-        low = None if low is None else math.ceil(low)
-        high = None if high is None else math.floor(high)
-        if ex_low is not None:
-            low = max(math.floor(ex_low) + 1, low if low is not None else -math.inf)
-        if ex_high is not None:
-            high = min(math.ceil(ex_high) - 1, high if high is not None else math.inf)
-        low = None if low is None or len(str(abs(int(low)))) > MAX_DIGITS else int(low)
-        high = None if high is None or len(str(abs(int(high)))) > MAX_DIGITS else int(high)
-    else:
-        low = ex_low if low is None else low
-        high = ex_high if high is None else high
-    return low, high
-
-
-def int_range(low: int | None, high: int | None) -> str:
-    """Decimal integers in [low, high] (None = unbounded), as JSON writes them (no leading zeros)."""
-    parts = []
-    if low is None or low < 0:  # negatives: -(|high| .. |low|)
-        neg_high = -1 if high is None or high >= 0 else high
-        magnitude = _nonneg(-neg_high, None if low is None else -low)
-        parts.append("\\u002D" + magnitude)
-    if high is None or high >= 0:
-        parts.append(_nonneg(max(low, 0) if low is not None else 0, high))
-    return alt(parts) or INTEGER
-
-
-def _nonneg(low: int, high: int | None) -> str:
-    if high is None:
-        digits = len(str(low))
-        return alt([_span(low, 10**digits - 1), f"[1-9][0-9]{{{digits},}}"])
-    assert low <= high, (low, high)
-    parts = []
-    while low <= high:
-        top = min(high, 10 ** len(str(low)) - 1)
-        parts.append(_span(low, top))
-        low = top + 1
-    return alt(parts)
-
-
-def _span(low: int, high: int) -> str:
-    """Integers low..high of the same number of digits."""
-    return alt(_digits(str(low), str(high)))
-
-
-def _digits(a: str, b: str) -> list[str]:
-    if a == b:
-        return [a]
-    if set(a) == {"0"} and set(b) == {"9"} and len(a) > 1:
-        return [f"[0-9]{{{len(a)}}}"]
-    if len(a) == 1:
-        return [f"[{a}-{b}]"]
-    if a[0] == b[0]:
-        return [a[0] + rest for rest in [alt(_digits(a[1:], b[1:]))]]
-    n = len(a) - 1
-    parts = [a[0] + alt(_digits(a[1:], "9" * n))]
-    if int(b[0]) - int(a[0]) > 1:
-        parts.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}][0-9]{{{n}}}")
-    parts.append(b[0] + alt(_digits("0" * n, b[1:])))
-    return parts

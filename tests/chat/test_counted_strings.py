@@ -19,8 +19,9 @@ from test_constraint_budget import budget_walk
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_examples import counted_examples
 from lexi.chat.counted_regex import BOUNDARY, ENTRY, EXIT
-from lexi.chat.counted_strings import has_counted
+from lexi.chat.counted_strings import CountedStrings, has_counted
 from lexi.chat.output import ChatOutput
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import SchemaRegex
@@ -132,3 +133,55 @@ def test_a_mask_key_names_one_set_so_long_strings_share_masks(
             if token in vocab.eog_ids:
                 break
     assert shared > 10
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokenizer, vocab, form):
+    """A scan walks most tokens the short way (`plain_walk`, its walks over the whole vocabulary kept by shape and
+    taken again by the next schema's strings): at every state of uniform walks, over every allowed token, it must
+    give what walking each token through opening, counting and closing strings gives."""
+    size, skip = smollm2_tokenizer.vocab_size, {*vocab.eog_ids, vocab.hole_id}
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    rnd, checked = np.random.default_rng(1), 0
+    for low, high in ((20, 40), (3, 250)):  # the second schema's strings have the first's shapes
+        plan = plan_output(ToolSet((note_tool(low, high),), ToolChoice("required"), parallel=False), form, None, None)
+        constraint = asyncio.run(compiler.constraint(plan))
+        for _ in range(120):
+            if constraint.is_finished():
+                break
+            compiled = constraint._compiled
+            if compiled is not None and compiled.counted is not None and not constraint._free_rest:
+                counted, state = compiled.counted, constraint._guide.get_state()
+                tokens = compiled.index.get_allowed_tokens(state) or []
+                ids = np.array([t for t in tokens if t < size and t not in skip], dtype=np.int64)
+                start, run = counted._row[state], constraint._run
+                scan = counted._scan(start, run, ids, vocab.all_token_bytes)
+                ok, exits, gain, seen, at_boundary = counted._full_walk(start, run, ids, vocab.all_token_bytes)
+                assert np.array_equal(scan.ok, ok)
+                for fast, full in (
+                    (scan.exits, exits),
+                    (scan.gain, gain),
+                    (scan.seen, seen),
+                    (scan.at_boundary, at_boundary),
+                ):
+                    assert np.array_equal(fast[ok], full[ok])  # what a token that is not ok does is never read
+                checked += 1
+            token = int(rnd.choice(allowed_ids(constraint, row, size)))
+            constraint.advance(token)
+            if token in vocab.eog_ids:
+                break
+    assert checked > 50 and vocab.all_token_bytes.plain
+
+
+def test_walks_kept_at_load_serve_every_later_schema(compiler, vocab):
+    """What a server walks at load (`counted_examples`) is what every later counted string needs: compiling other
+    schemas, in both forms, with other names and bounds, walks the vocabulary for no new shape."""
+    for regex in counted_examples():
+        CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
+    kept = set(vocab.all_token_bytes.plain)
+    memo = {"type": "object", "properties": {"memo": {"type": "string", "minLength": 5, "maxLength": 300},
+                                             "subject": {"type": "string", "maxLength": 77}}}  # fmt: skip
+    tools = ToolSet((Tool("file_memo", None, memo, strict=False),), ToolChoice("required"), parallel=False)
+    for form in ("json", "function"):
+        asyncio.run(compiler.constraint(plan_output(tools, form, None, None)))
+    assert set(vocab.all_token_bytes.plain) == kept and len(kept) > 10

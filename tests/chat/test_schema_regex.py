@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
+from lexi.chat.number_regex import int_range
 from lexi.chat.regex_cost import REPEAT_STATES, copy_states
 from lexi.chat.schema_refs import resolve_ref
-from lexi.chat.schema_regex import COMMA, HOLE, SchemaRegex, _merge, int_range, schema_regex
+from lexi.chat.schema_regex import COMMA, HOLE, SchemaRegex, _merge, schema_regex
 
 SCHEMAS: dict[str, Any] = {
     "strings": {
@@ -375,10 +376,10 @@ def test_integer_ranges_are_exact(low, high, n):
         assert bool(pattern.fullmatch(str(n))) == inside, (lo, hi, n)
 
 
-EXACT = {  # bounds the regex writes out: what it accepts is exactly what the schema accepts
+EXACT = {  # bounds the regex writes out: what it accepts is exactly what the schema accepts (30 enum items, once here,
+    # were past the budget, so widened all along; they are counted now: tests/chat/test_counted_items.py)
     "string_2_17": {"type": "string", "minLength": 2, "maxLength": 17},
     "numbers_3_20": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 20},
-    "enums_0_30": {"type": "array", "items": {"enum": ["a", "bc", 7]}, "maxItems": 30},
     "range": {"type": "integer", "minimum": -37, "maximum": 1234},
     "byte": {"type": "integer", "minimum": 0, "maximum": 255},
     "open_ends": {"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 300},

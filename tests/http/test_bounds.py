@@ -3,7 +3,7 @@ the bounds the constraint writes out (a string under 12 characters, an integer r
 validates (no 422). The JSON form comes from the engine's own tool prompt (the GGUF's ChatML template does
 not render tools), the function form from a Qwen3-Coder-style template. Lengths past what the DFA writes
 out (`maxLength: 40`, `minLength: 20`) are counted beside it: the same, at temperature 1 and a budget that
-leaves room to close."""
+leaves room to close, and so are item counts past it (18..24 tags)."""
 
 from __future__ import annotations
 
@@ -107,3 +107,21 @@ def test_a_forced_call_keeps_a_40_character_maximum_at_temperature_one(clients, 
     prompt = "Write a long, detailed title for a novel about the sea."
     for arguments in forced_arguments(client, model, prompt, "name_book", TITLE, "required", 120):
         jsonschema.validate(arguments, TITLE)  # 20..40 characters: the 422 of a widened bound is gone
+
+
+TAGS = {
+    "type": "object",
+    "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 18, "maxItems": 24}
+    },
+    "required": ["tags"],
+}
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_forced_call_keeps_counted_item_bounds_at_temperature_one(clients, form):
+    """18..24 items: past what the DFA writes out (widened to "16 or more" before), counted beside it now."""
+    client, model = clients[form]
+    prompt = "Tag this photo of a beach at sunset with many short tags."
+    for arguments in forced_arguments(client, model, prompt, "tag_photo", TAGS, "required", 240):
+        jsonschema.validate(arguments, TAGS)

@@ -1,0 +1,146 @@
+"""Counting the items of arrays too long to write out, beside a constraint's DFA (the marks: `counted_regex`).
+
+Per DFA state, from the byte-level table that `counted_strings` builds: the bounds of the counted array whose `[`
+it follows (ARRAY), whether it follows one of a counted array's commas (ITEM), and whether it follows a counted
+array's `]` (ARRAY_END). A walk keeps a stack of the counted arrays open, innermost last, each with the commas
+written at its own level (an inner array's commas carry no mark unless it is counted too, and then they count on
+its own entry). An array of k commas holds k + 1 items when it holds any (one whose minimum is 1 or more cannot be
+empty in the regex), so a comma is allowed while k + 2 <= max, and the `]` once k + 1 >= min.
+
+A state's tokens are scanned once: those holding a comma or a bracket are walked byte by byte (no other token can
+touch a count), giving what each does to the innermost array open before it (commas added, closed or not). A token
+that would go on to the array around that one, or open two arrays, is not allowed (the same text can be written in
+more tokens), and one that opens and closes an array checks that array's bounds on the spot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lexi.chat.counted_regex import ARRAY, ARRAY_END, ITEM
+
+_STRUCTURE = np.frombuffer(b",[]" + bytes([ARRAY, ITEM, ARRAY_END]), dtype=np.uint8)  # what may touch a count
+
+
+@dataclass(frozen=True, slots=True)
+class Items:
+    """A counted array open in the output: its bounds and the commas written at its level."""
+
+    low: int
+    high: int
+    commas: int = 0
+
+    def pending(self) -> int:
+        """Items still needed before it may close (an open array has at least one once it has a comma)."""
+        return max(0, self.low - self.commas - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemScan:
+    """What each of a state's tokens (by position in the state's ids) does to the innermost counted array."""
+
+    ok: np.ndarray  # writes no mark, touches at most that array, and keeps any array it opens within its bounds
+    commas: np.ndarray  # commas it adds to that array
+    closes: np.ndarray  # it closes that array
+    touches: bool  # some ok token adds a comma or closes: the count decides this step
+
+    def allowed(self, top: Items | None) -> np.ndarray:
+        """Which tokens keep the innermost open array (`top`) within its bounds."""
+        if top is None or not self.touches:
+            return self.ok
+        items = top.commas + self.commas + 1
+        return self.ok & (items <= top.high) & (~self.closes | (top.low <= 1) | (items >= top.low))
+
+    def key(self, top: Items | None) -> tuple | None:
+        """A name for `allowed(top)`'s set among this state's: it leaves the count out where it changes nothing."""
+        if top is None or not self.touches:
+            return None
+        most = int(self.commas[self.ok].max(initial=0))
+        closing = self.ok & self.closes
+        least = int(self.commas[closing].min()) if closing.any() else None
+        if top.commas + most + 1 <= top.high and (least is None or top.low <= 1 or top.commas + least + 1 >= top.low):
+            return ("items-within",)
+        return (top.low, top.high, top.commas)
+
+
+class ArrayMarks:
+    """Where counted arrays open, take a comma and close, per row of a byte-level DFA table."""
+
+    def __init__(self, table: np.ndarray, read) -> None:
+        self._table = table
+        self.low, self.high = read(ARRAY)
+        self.opens = self.low >= 0
+        self.item, self.end = _single(table, ITEM), _single(table, ARRAY_END)
+        self.present = bool(self.opens.any())
+        self._structural: tuple[int, np.ndarray] | None = None
+
+    def step(self, nxt: int, items: tuple[Items, ...]) -> tuple[Items, ...]:
+        """The stack after arriving at row `nxt`."""
+        if self.opens[nxt]:
+            return (*items, Items(int(self.low[nxt]), int(self.high[nxt])))
+        if self.item[nxt] and items:
+            top = items[-1]
+            return (*items[:-1], Items(top.low, top.high, top.commas + 1))
+        if self.end[nxt] and items:
+            return items[:-1]
+        return items
+
+    def scan(self, start: int, ids: np.ndarray, vocab_bytes) -> ItemScan:
+        m = len(ids)
+        ok, commas, closes = np.ones(m, dtype=bool), np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool)
+        picked = np.nonzero(self._structural_tokens(vocab_bytes)[ids])[0]
+        lengths, offsets = vocab_bytes.lengths[ids[picked]], vocab_bytes.offsets[ids[picked]]
+        n = len(picked)
+        cur = np.full(n, start, dtype=np.int64)
+        good, added, closed = np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        inner = np.zeros(n, dtype=bool)  # an array opened within the token is open
+        inner_low, inner_high, inner_commas = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        for p in range(int(lengths.max(initial=0))):
+            act = np.nonzero((lengths > p) & good)[0]
+            if act.size == 0:
+                break
+            byte = vocab_bytes.flat[offsets[act] + p].astype(np.int64)
+            prev = cur[act]
+            nxt = self._table[prev, byte].astype(np.int64)
+            bad = nxt < 0
+            bad |= (byte == ARRAY) & self.opens[prev] | (byte == ITEM) & self.item[prev]
+            bad |= (byte == ARRAY_END) & self.end[prev]  # a mark is never written
+            nxt = np.maximum(nxt, 0)
+            opens, comma, end, open_inner = self.opens[nxt], self.item[nxt], self.end[nxt], inner[act]
+            bad |= opens & open_inner  # a second array opened within one token
+            bad |= comma & ~open_inner & closed[act]  # a comma of the array around the one it closed
+            bad |= end & ~open_inner & closed[act]  # a second close of arrays open before it
+            ok_inner = (inner_low[act] <= 1) | (inner_commas[act] + 1 >= inner_low[act])
+            bad |= end & open_inner & ~ok_inner
+            bad |= comma & open_inner & (inner_commas[act] + 2 > inner_high[act])
+            good[act[bad]] = False
+            keep = ~bad
+            act, nxt, opens, comma, end, open_inner = (x[keep] for x in (act, nxt, opens, comma, end, open_inner))
+            o = act[opens]
+            inner[o], inner_commas[o] = True, 0
+            inner_low[o], inner_high[o] = self.low[nxt[opens]], self.high[nxt[opens]]
+            inner_commas[act[comma & open_inner]] += 1
+            added[act[comma & ~open_inner]] += 1
+            inner[act[end & open_inner]] = False
+            closed[act[end & ~open_inner]] = True
+            cur[act] = nxt
+        ok[picked], commas[picked], closes[picked] = good, added, closed
+        touches = bool(((commas > 0) | closes)[ok].any())
+        return ItemScan(ok, commas, closes, touches)
+
+    def _structural_tokens(self, vocab_bytes) -> np.ndarray:
+        """Which tokens hold a comma, a bracket or a mark byte (computed once per vocabulary)."""
+        if self._structural is None or self._structural[0] != id(vocab_bytes):
+            hit = np.isin(vocab_bytes.flat, _STRUCTURE)
+            counts = np.concatenate([[0], np.cumsum(hit)])
+            ends = vocab_bytes.offsets + vocab_bytes.lengths
+            self._structural = (id(vocab_bytes), counts[ends] > counts[vocab_bytes.offsets])
+        return self._structural[1]
+
+
+def _single(table: np.ndarray, mark: int) -> np.ndarray:
+    """States that take `mark` once (in raw text, where any byte is text, it is taken again and again)."""
+    after = table[:, mark]
+    return (after >= 0) & (table[np.maximum(after, 0), mark] < 0)

@@ -1,0 +1,198 @@
+"""Item counts counted beside the DFA (minItems / maxItems past what the regex writes out), over the real SmolLM2
+vocabulary and real compiled indexes: JSON answers, nested arrays, and forced calls in both call forms.
+
+Two walks: `budget_walk` samples uniformly among the allowed tokens (an array then ends soon after its minimum,
+which is the bound it runs into); `more_walk` takes a token that writes a comma whenever the mask allows one, so
+only the maximum can stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+from test_constraint import allowed_ids
+from test_constraint_budget import budget_walk
+
+from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
+from lexi.chat.constraint_plan import plan_output
+from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.counted_regex import ARRAY, ARRAY_END, ITEM
+from lexi.chat.counted_strings import has_counted
+from lexi.chat.output import ChatOutput
+from lexi.chat.regex_cost import dfa_states
+from lexi.chat.response_format import ResponseFormat
+from lexi.chat.schema_regex import SchemaRegex
+from lexi.chat.tools import Tool, ToolChoice, ToolSet
+
+DIGIT = {"type": "integer", "minimum": 0, "maximum": 9}
+FLAG = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+
+
+def holder(items: dict, low: int, high: int | None) -> dict:
+    array = {"type": "array", "items": items, "minItems": low} | ({} if high is None else {"maxItems": high})
+    return {"type": "object", "properties": {"xs": array}, "required": ["xs"]}
+
+
+@pytest.fixture(scope="module")
+def vocab(smollm2_tokenizer):
+    return ConstraintVocabulary(smollm2_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def compiler(vocab):
+    compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
+    yield compiler
+    compiler.shutdown()
+
+
+def comma_tokens(vocab, allowed) -> list[int]:
+    """The allowed tokens that write a comma and close no array."""
+    return [int(t) for t in allowed if b"," in vocab.token_bytes[int(t)] and b"]" not in vocab.token_bytes[int(t)]]
+
+
+def more_walk(constraint, vocab, size: int, budget: int, seed: int) -> tuple[list[int], str]:
+    """Like budget_walk, but a token writing a comma (and closing no array) is taken whenever one is allowed: every
+    array grows until its maximum refuses the comma."""
+    rnd = random.Random(seed)
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    ids = []
+    for _ in range(budget):
+        if constraint.is_finished():
+            return ids, "finished"
+        allowed = allowed_ids(constraint, row, size)
+        assert len(allowed), "the mask allows nothing"
+        token = rnd.choice(commas) if (commas := comma_tokens(vocab, allowed)) else int(rnd.choice(allowed))
+        constraint.advance(token)
+        if token in vocab.eog_ids:
+            return ids, "end"
+        ids.append(token)
+    return ids, "finished" if constraint.is_finished() else "length"
+
+
+def test_item_counts_past_the_budget_are_counted_not_widened():
+    for schema in (holder(FLAG, 0, 40), holder(DIGIT, 60, 256), holder(FLAG, 30, None)):
+        regex = SchemaRegex(schema).regex()
+        assert has_counted(regex) and all(f"\\u{mark:04X}" in regex for mark in (ARRAY, ITEM, ARRAY_END))
+    # one copy of the item, whatever the bounds: a fraction of the 40 copies it would take written out
+    assert dfa_states(SchemaRegex(holder(FLAG, 1, 40)).regex()) == dfa_states(
+        SchemaRegex(holder(FLAG, 7, 4000)).regex()
+    )
+    assert dfa_states(SchemaRegex(holder(FLAG, 0, 40)).regex()) * 5 < dfa_states(
+        SchemaRegex(holder(FLAG, 0, 40), 10**6).regex()
+    )
+    assert not has_counted(SchemaRegex(holder(FLAG, 0, 8)).regex())  # written out
+    assert not has_counted(SchemaRegex(holder(FLAG, 0, None)).regex())  # nothing to count
+
+
+ANSWERS = [
+    (holder(DIGIT, 60, 256), "xs"),
+    (holder(FLAG, 30, 30), "xs"),
+    (holder(FLAG, 17, 40), "xs"),
+    (holder({"enum": ["a", "bc", 7]}, 0, 30), "xs"),
+    (
+        {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 17, "maxItems": 20},
+            "minItems": 2,
+            "maxItems": 3,
+        },
+        None,
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("walk", [budget_walk, more_walk], ids=["uniform", "more"])
+@pytest.mark.parametrize(
+    ("schema", "key"), ANSWERS, ids=["digits-60-256", "flags-30", "flags-17-40", "enums-0-30", "nested"]
+)
+def test_a_json_answer_keeps_counted_item_bounds(compiler, smollm2_tokenizer, vocab, walk, schema, key):
+    plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
+    inner = schema["properties"][key] if key else schema["items"]
+    counts = []
+    for seed in range(4):
+        constraint = asyncio.run(compiler.constraint(plan))
+        ids, ended = walk(constraint, vocab, smollm2_tokenizer.vocab_size, 2500, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)[-200:]
+        value = json.loads(smollm2_tokenizer.decode(ids))  # a written mark (a control character) would not parse
+        jsonschema.validate(value, schema)
+        counts += [len(value[key])] if key else [len(x) for x in value]
+    low, high = inner["minItems"], inner["maxItems"]
+    if walk is more_walk:
+        assert set(counts) == {high}, counts  # only the maximum stops it
+    else:
+        assert low <= min(counts) <= low + 3, counts  # a uniform walk ends arrays early: the minimum holds them
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_forced_call_keeps_counted_item_bounds(compiler, smollm2_tokenizer, vocab, form):
+    schema = holder(DIGIT, 20, 24)
+    tools = ToolSet((Tool("pick", None, schema, strict=False),), ToolChoice("required"), parallel=False)
+    plan = plan_output(tools, form, None, None)
+    for walk in (budget_walk, more_walk):
+        counts = []
+        for seed in range(3):
+            constraint = asyncio.run(compiler.constraint(plan))
+            ids, ended = walk(constraint, vocab, smollm2_tokenizer.vocab_size, 600, seed)
+            assert ended == "finished", smollm2_tokenizer.decode(ids)
+            output = ChatOutput(None, tools)
+            output.feed(smollm2_tokenizer.decode(ids), len(ids), "stop")  # raises for a call outside the schema
+            (call,) = output.calls
+            counts.append(len(json.loads(call.arguments)["xs"]))
+        assert set(counts) == {24} if walk is more_walk else 20 <= min(counts) <= 23, (form, counts)
+
+
+def test_a_mask_key_names_one_set_across_item_counts(compiler, smollm2_tokenizer, vocab):
+    """The engine keeps one mask per key: a key seen again must name the same tokens, at any item count."""
+    schema = holder(FLAG, 20, 30)
+    plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
+    size = smollm2_tokenizer.vocab_size
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    masks, shared = {}, 0
+    for seed in range(4):
+        rnd = random.Random(seed)
+        constraint = asyncio.run(compiler.constraint(plan))
+        for _ in range(600):
+            if constraint.is_finished():
+                break
+            key = constraint.mask_key()
+            allowed = allowed_ids(constraint, row, size)
+            if key in masks:
+                assert np.array_equal(masks[key], allowed), key
+                shared += key[0] == "counted" and key[4] == ("items-within",)
+            masks[key] = allowed
+            commas = comma_tokens(vocab, allowed)
+            token = rnd.choice(commas) if commas and seed % 2 else int(rnd.choice(allowed))
+            constraint.advance(token)
+    assert shared > 10
+
+
+def test_items_still_needed_count_in_the_closing_distance(compiler, smollm2_tokenizer, vocab):
+    """Near the budget, an array short of its minimum is not yet closable: each item still needed adds the fewest tokens
+    an item takes (a lower bound, from the compiled index's own transitions) to the distance."""
+    schema = holder(FLAG, 20, 40)
+    plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
+    constraint = asyncio.run(compiler.constraint(plan, 400))
+    before = constraint.closing_distance()
+    for token in smollm2_tokenizer.encode('{"xs": [{"a": true}'):
+        constraint.advance(token)
+    per_item = constraint._compiled.counted.item_tokens
+    assert 2 <= per_item <= 6  # `,{"a":true}` in a few tokens, never in one
+    assert constraint.closing_distance() >= 19 * per_item > before
+    for token in smollm2_tokenizer.encode(', {"a": false}' * 19):
+        constraint.advance(token)
+    assert constraint.closing_distance() <= 2  # `]}`: the minimum is met
+
+
+def test_arrays_of_two_branches_are_not_counted_but_one_array_branch_is():
+    """Two anyOf branches that may both be arrays share their `[` in the DFA: a count opened for one could never close
+    in the other, so neither is counted (widened, verified after); an array beside a null or a string still is."""
+    ints = {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 40}
+    assert not has_counted(SchemaRegex({"anyOf": [ints, {"type": "array", "items": {"type": "string"}}]}).regex())
+    assert not has_counted(SchemaRegex({"anyOf": [ints, {}]}).regex())  # {} may be an array too
+    assert has_counted(SchemaRegex({"anyOf": [ints, {"type": "null"}, {"type": "string"}]}).regex())
+    assert has_counted(SchemaRegex({"type": ["array", "null"], "items": FLAG, "maxItems": 40}).regex())
