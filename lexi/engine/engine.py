@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from lexi.engine.config import EngineConfig
-from lexi.engine.draft_model import DraftCursor, DraftProposer, DraftRow
+from lexi.engine.draft_model import DraftCursor
 from lexi.engine.errors import ContextOverflow, EngineBusy
 from lexi.engine.ngram import DraftPace, NgramIndex
 from lexi.engine.output import OutputProcessor
@@ -26,6 +26,7 @@ from lexi.engine.runner import ModelRunner
 from lexi.engine.sampler import SampleResult, SamplerState
 from lexi.engine.scheduler import ScheduledSeq, Scheduler
 from lexi.engine.sequence import Sequence
+from lexi.engine.speculation import Speculator
 from lexi.engine.stats import EngineStats
 
 __all__ = ["ContextOverflow", "Engine", "EngineBusy"]
@@ -70,16 +71,12 @@ class Engine:
         self.config = config
         self.scheduler = Scheduler(config)
         self.runner = ModelRunner(model, config)
-        self.drafter = None
-        if draft_model is not None:
-            vocab = min(tokenizer.vocab_size, model.args.vocab_size, draft_model.args.vocab_size)
-            self.drafter = DraftProposer(draft_model, config.num_blocks, config.block_size, config.batch_size, vocab,
-                                         config.spec.p_min)  # fmt: skip
         self.stats = EngineStats(
             slots_total=config.parallel, kv_blocks_total=config.num_blocks, kv_blocks_free=config.num_blocks
         )
         self._eog = frozenset(tokenizer.eog_ids) | {tokenizer.eos_id}
         self._vocab_size = min(tokenizer.vocab_size, model.args.vocab_size)
+        self.speculator = Speculator(config, self.runner, self.scheduler, self._vocab_size, draft_model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -220,7 +217,7 @@ class Engine:
     def step(self) -> None:
         """One scheduling decision and, if anything runs, one batched forward."""
         if self.config.spec.enabled:
-            self._propose()
+            self.speculator.propose(self.scheduler.running)
         out = self.scheduler.schedule(time.monotonic())
         self._update_gauges()
         for seq in out.rejected:
@@ -237,86 +234,6 @@ class Engine:
             self._run_batch(out.scheduled)
             self.stats.steps_total += 1
         self._update_gauges()
-
-    def _propose(self) -> None:
-        """Drafts for the decoding sequences that may take them, checked in the next step: prompt lookup
-        (lexi.engine.ngram) or the draft model's (lexi.engine.draft_model, every sequence in the same passes).
-
-        A constrained request's draft is walked through its constraint first (which must be able to come back:
-        `snapshot`/`restore`): it keeps the prefix the constraint allows, short of a token that would finish the
-        output, and the masks of every position go with it, so the check applies each position's own mask. A
-        draft never reaches past max_tokens."""
-        spec = self.config.spec
-        wanted: list[tuple[Sequence, int]] = []
-        for seq in self.scheduler.running:
-            stream: _Stream = seq.payload
-            seq.draft, stream.sampler.draft_masks = [], None
-            if seq.prefilling or not stream.request.params.speculative:
-                continue
-            room = seq.max_tokens - seq.num_output - 1
-            if room < 1:
-                continue
-            constraint = stream.request.constraint
-            if constraint is not None and (self.runner.sampler is None or not hasattr(constraint, "snapshot")):
-                continue
-            limit = stream.pace.limit(spec.max_tokens)
-            if limit:
-                wanted.append((seq, min(limit, room)))
-        if not wanted:
-            return
-        if self.drafter is not None:
-            rows = []
-            for seq, limit in wanted:
-                stream = seq.payload
-                if stream.draft_cursor is None:
-                    stream.draft_cursor = DraftCursor()
-                # room for the draft model's K/V of the draft tokens it feeds (the step's own need, met early)
-                self.scheduler.blocks.ensure_capacity(seq, len(seq.token_ids) + limit)
-                rows.append(DraftRow(seq.token_ids, seq.block_table, stream.draft_cursor, limit, stream.sampler.banned))
-            try:
-                drafts = self.drafter.propose(rows)
-            except Exception:  # the draft model broke: this step decodes without drafts, and it starts afresh
-                log.exception("the draft model's proposal failed")
-                for seq, _ in wanted:
-                    seq.payload.draft_cursor = None
-                return
-        else:
-            drafts = []
-            for seq, limit in wanted:
-                stream = seq.payload
-                if stream.ngram is None:
-                    stream.ngram = NgramIndex()
-                stream.ngram.sync(seq.token_ids)
-                drafts.append(stream.ngram.propose(limit, spec.min_match))
-        for (seq, _), draft in zip(wanted, drafts, strict=True):
-            constraint = seq.payload.request.constraint
-            if draft and constraint is not None:
-                draft, seq.payload.sampler.draft_masks = self._constrained_draft(constraint, draft)
-            seq.draft = draft
-
-    def _constrained_draft(self, constraint, draft: list[int]) -> tuple[list[int], list | None]:
-        """The prefix of `draft` the constraint allows, and its mask at each position (the one after it too); the
-        constraint is walked along it and brought back."""
-        sampler, masks = self.runner.sampler, []
-        snapshot = constraint.snapshot()
-        try:
-            for token in draft:
-                mask = sampler.constraint_mask(constraint, self.runner.device)
-                if mask is not None and (mask.allows_nothing or not mask.allows(token)):
-                    break
-                constraint.advance(token)
-                if constraint.is_finished():  # the closing token is left to the step's own pick
-                    break
-                masks.append(mask)
-            else:
-                masks.append(sampler.constraint_mask(constraint, self.runner.device))
-                return draft, masks
-            masks.append(mask)
-            return draft[: len(masks) - 1], masks if len(masks) > 1 else None
-        except Exception:  # a token the constraint refuses: no draft (the step samples as usual)
-            return [], None
-        finally:
-            constraint.restore(snapshot)
 
     def _run_batch(self, scheduled: list[ScheduledSeq]) -> None:
         try:
@@ -339,12 +256,7 @@ class Engine:
                 self._fail(item.seq, result)
                 continue
             if item.draft:
-                self.stats.spec_proposed_total += len(item.draft)
-                self.stats.spec_accepted_total += len(result) - 1
-                self.stats.spec_steps_total += 1
-                item.seq.payload.pace.checked(len(item.draft), len(result) - 1)
-                item.seq.draft_proposed += len(item.draft)
-                item.seq.draft_taken += len(result) - 1
+                self.speculator.checked(item.seq, len(item.draft), len(result) - 1, self.stats)
             self._deliver(item.seq, result, now)
 
     def _deliver(self, seq: Sequence, results: list[SampleResult], now: float) -> None:

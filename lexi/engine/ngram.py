@@ -22,7 +22,7 @@ class SpecConfig:
     """`--spec`, `--spec-max`, `--spec-min-match`, `--model-draft`, `--spec-p-min`: what speculation proposes, at
     most how many tokens a step."""
 
-    method: str = "ngram"  # "off" | "ngram" (prompt lookup, the default) | "draft" (a smaller model, draft_model.py)
+    method: str = "off"  # "off" | "ngram" (prompt lookup) | "draft" (a smaller model, lexi.engine.draft_model)
     max_tokens: int = 8  # tokens proposed at most per sequence and step
     min_match: int = 2  # the shortest suffix whose earlier occurrence is trusted (ngram)
     model_draft: str | None = None  # the draft model's GGUF (a path or a bundled name), with method "draft"

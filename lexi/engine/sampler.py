@@ -33,7 +33,7 @@ class SamplerState:
     generator: torch.Generator | None = field(init=False, default=None)
     output_counts: Counter[int] = field(init=False, default_factory=Counter)
     # A constrained row's draft: the constraint's mask at each of its positions (the one after the draft included),
-    # found by walking the constraint along the draft before the step (Engine._propose); None without one.
+    # found by walking the constraint along the draft before the step (Speculator.propose); None without one.
     draft_masks: list[CompiledMask] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:

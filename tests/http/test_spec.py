@@ -59,16 +59,6 @@ def test_streamed_text_with_speculation_is_the_whole_text(spec_servers):
     assert "".join(pieces) == whole.choices[0].message.content
 
 
-def test_a_server_started_without_spec_speculates_by_prompt_lookup(short_wait_server):
-    """Prompt lookup is the default: a server launched with no --spec option checks drafts of repeated text."""
-    before = [short_wait_server.metric(m) for m in ("lexi_spec_verify_rows", "lexi_spec_accepted_tokens")]
-    client = client_of(short_wait_server)
-    model = client.models.list().data[0].id
-    client.completions.create(model=model, prompt=CODE + CODE[:30], max_tokens=30, temperature=0)
-    after = [short_wait_server.metric(m) for m in ("lexi_spec_verify_rows", "lexi_spec_accepted_tokens")]
-    assert after[0] > before[0] and after[1] > before[1], (before, after)
-
-
 def test_a_request_may_opt_out_and_a_bad_value_is_named(spec_servers):
     server = spec_servers["on"]
     c = client_of(server)
