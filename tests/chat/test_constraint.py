@@ -13,9 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from lexi.chat.constraint_compiler import ConstraintCompiler
 from lexi.chat.constraint_plan import FreeText, plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import DELIMITERS, ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
@@ -36,18 +34,6 @@ WEATHER = Tool(
     strict=False,
 )
 NOTE = Tool("note", None, {"type": "object", "properties": {"text": {"type": "string", "maxLength": 6}}}, False)
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm2_tokenizer):
-    return ConstraintVocabulary(smollm2_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    compiler = ConstraintCompiler(vocab)
-    yield compiler
-    compiler.shutdown()
 
 
 def walk(compiler, plan, tokenizer, seed: int, steps: int = 400, prefer=None):

@@ -17,9 +17,7 @@ import pytest
 from test_constraint import allowed_ids
 
 from lexi.chat.constraint_budget import ClosingTable, fewest_tokens
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import DELIMITERS, ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
@@ -37,18 +35,6 @@ TWO_STRINGS = Tool(
     strict=False,
 )
 LOOKUP = Tool("lookup", None, {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}, False)
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm2_tokenizer):
-    return ConstraintVocabulary(smollm2_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))  # a busy machine must not fail a walk
-    yield compiler
-    compiler.shutdown()
 
 
 def budget_walk(constraint, vocab, size: int, budget: int, seed: int, start: list[int] = ()):

@@ -9,14 +9,8 @@ import pytest
 
 from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import ConstraintError, plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import schema_regex
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm2_tokenizer):
-    return ConstraintVocabulary(smollm2_tokenizer)
 
 
 def test_cached_compiles_are_reused_and_fast(vocab):

@@ -12,19 +12,10 @@ import numpy as np
 import pytest
 from test_constraint import NOTE, WEATHER, allowed_ids, closing_ids
 
-from lexi.chat.constraint_compiler import ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output, with_thought_budget
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.reasoning import DELIMITERS
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import ToolChoice, ToolSet
-
-
-@pytest.fixture(scope="module")
-def compiler(smollm2_tokenizer):
-    compiler = ConstraintCompiler(ConstraintVocabulary(smollm2_tokenizer))
-    yield compiler
-    compiler.shutdown()
 
 
 def plans():

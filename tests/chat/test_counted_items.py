@@ -18,9 +18,7 @@ import pytest
 from test_constraint import allowed_ids
 from test_constraint_budget import budget_walk
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_regex import ARRAY, ARRAY_END, ITEM
 from lexi.chat.counted_strings import has_counted
 from lexi.chat.output import ChatOutput
@@ -36,18 +34,6 @@ FLAG = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": 
 def holder(items: dict, low: int, high: int | None) -> dict:
     array = {"type": "array", "items": items, "minItems": low} | ({} if high is None else {"maxItems": high})
     return {"type": "object", "properties": {"xs": array}, "required": ["xs"]}
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm2_tokenizer):
-    return ConstraintVocabulary(smollm2_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
-    yield compiler
-    compiler.shutdown()
 
 
 def comma_tokens(vocab, allowed) -> list[int]:

@@ -16,9 +16,7 @@ import pytest
 from test_constraint import allowed_ids
 from test_constraint_budget import budget_walk
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_examples import counted_examples
 from lexi.chat.counted_regex import BOUNDARY, ENTRY, EXIT
 from lexi.chat.counted_strings import CountedStrings, has_counted
@@ -32,18 +30,6 @@ def note_tool(low: int, high: int | None) -> Tool:
     text = {"type": "string", "minLength": low} | ({} if high is None else {"maxLength": high})
     schema = {"type": "object", "properties": {"title": text, "n": {"type": "integer"}}, "required": ["title", "n"]}
     return Tool("note", None, schema, strict=False)
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm2_tokenizer):
-    return ConstraintVocabulary(smollm2_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
-    yield compiler
-    compiler.shutdown()
 
 
 def test_long_bounds_are_counted_not_widened():

@@ -13,20 +13,11 @@ import random
 import numpy as np
 import pytest
 
-from lexi.chat.constraint_compiler import ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output, with_thought_budget
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.reasoning import DELIMITERS
 from lexi.chat.response_format import ResponseFormat
 
 THINK = DELIMITERS[0]  # ("<think>", "</think>")
-
-
-@pytest.fixture(scope="module")
-def compiler(smollm2_tokenizer):
-    compiler = ConstraintCompiler(ConstraintVocabulary(smollm2_tokenizer))
-    yield compiler
-    compiler.shutdown()
 
 
 def allowed(constraint, row: np.ndarray, size: int) -> np.ndarray | None:
