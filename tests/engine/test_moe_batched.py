@@ -84,24 +84,26 @@ def test_staggered_arrivals_and_a_shared_prefix_keep_each_requests_tokens(tiny_m
     shared = torch.randint(300, 4096, (48,), generator=gen).tolist()
     prompts = [shared + torch.randint(300, 4096, (n,), generator=gen).tolist() for n in (5, 9)]
     prompts.append(torch.randint(300, 4096, (27,), generator=gen).tolist())
-    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    # the first request decodes long enough that the others surely join while it runs
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (48, 16, 16)]
     config = dict(parallel=4, ctx_size=128, batch_size=16)
     alone = []
-    for p in prompts:
+    for p, sp in zip(prompts, params, strict=True):
         with running_engine(model, tok, **config) as engine:  # fresh: no prefix cache
-            alone.append(run(collect(engine, GenerationRequest(p, params))))
+            alone.append(run(collect(engine, GenerationRequest(p, sp))))
     assert all(d[-1].cached_tokens == 0 for d in alone)
     with running_engine(model, tok, **config) as engine:
 
         async def staggered():
-            async def later(p, wait):
+            async def later(i, wait):
                 await asyncio.sleep(wait)
-                return await collect(engine, GenerationRequest(p, params))
+                return await collect(engine, GenerationRequest(prompts[i], params[i]))
 
-            first = asyncio.ensure_future(collect(engine, GenerationRequest(prompts[0], params)))
+            first = asyncio.ensure_future(collect(engine, GenerationRequest(prompts[0], params[0])))
             while engine.stats.steps_total < 5:  # the first request is decoding before the others arrive
                 await asyncio.sleep(0.005)
-            rest = await asyncio.gather(later(prompts[1], 0.0), later(prompts[2], 0.02))
+            assert not first.done(), "the first request ended before the others joined it"
+            rest = await asyncio.gather(later(1, 0.0), later(2, 0.02))
             return [await first, *rest]
 
         together = run(staggered())
