@@ -25,6 +25,7 @@ setup(
                     "gemm_x8_avx2.c",
                     "gemm_x8_vnni.c",
                     "repack.c",
+                    "moe.c",
                 )
             ],
             depends=[str(p) for p in CPU.glob("*.h")],

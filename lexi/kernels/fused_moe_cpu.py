@@ -1,27 +1,28 @@
 """The mixture-of-experts FFN on LexiEngine's CPU kernels: each expert's gate/up/down as `CpuWeight`s (the file's
-blocks, or their x8 interleaving), multiplied by `cpu_qmatmul` without dequantizing anything.
+blocks, or their x8 interleaving), multiplied by the C kernels without dequantizing anything.
 
 Math as `fused_moe_ref`: for token t and its k experts e = ids[t, s] with weights w[t, s],
 y_t = sum_s w[t, s] * (down_e(act(gate_e x_t + bg_e, up_e x_t + bu_e)) + bd_e), act SiLU without biases (qwen3moe)
-or gpt-oss's clamped SwiGLU with them. Assignments are sorted by expert and each
-chosen expert multiplies all of its rows in one call (gate and up fused); the k outputs of a token are summed in
-slot order. The CPU kernels compute each output row the same way whatever the row count, so a row's result does not
-depend on which other rows share its experts (--deterministic costs nothing here).
+or gpt-oss's clamped SwiGLU with them. The whole layer is one call into the C kernels (lexi/kernels/cpu/moe.c):
+assignments sorted by expert, every chosen expert's gate and up as one job, the activation, every down as one job,
+the k outputs of a token summed in slot order. The CPU kernels compute each output row the same way whatever the
+row count, so a row's result does not depend on which other rows share its experts (--deterministic costs nothing
+here).
 
 Why beside the reference: the reference dequantizes every chosen expert on every step (measured on the 1.6B
-synthetic qwen3moe, 2 cores: 0.44 tok/s decode); these kernels read the blocks as they are.
+synthetic qwen3moe, 2 cores: 0.44 tok/s decode); these kernels read the blocks as they are. Why one call: with two
+kernel calls and a few torch ops per chosen expert from Python, decode was bound by the calls, not by the weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from lexi.kernels.cpu_qmatmul import CPU_KERNEL_TYPES, CpuKernels, CpuWeight, cpu_qmatmul
-from lexi.kernels.fused_moe_ref import gated_activation_ref
+from lexi.kernels.cpu_qmatmul import CPU_KERNEL_TYPES, CpuKernels, CpuWeight
 from lexi.kernels.moe_types import SILU, GatedActivation
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class CpuExperts:
     gate_bias: torch.Tensor | None = None  # float32 (E, F) (gpt-oss), or None
     up_bias: torch.Tensor | None = None  # float32 (E, F)
     down_bias: torch.Tensor | None = None  # float32 (E, D)
+    # int64 (3, E, 6): each expert's gate, up and down descriptors as the C call reads them, built once
+    table: torch.Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         e = len(self.gate)
@@ -53,6 +56,10 @@ class CpuExperts:
             bias = getattr(self, name)
             if bias is not None and (tuple(bias.shape) != want or bias.dtype != torch.float32):
                 raise ValueError(f"{name}: must be float32 {want}, got {bias.dtype} {tuple(bias.shape)}")
+            if bias is not None and not bias.is_contiguous():
+                raise ValueError(f"{name}: must be contiguous")
+        rows = [[w.descriptor(0) for w in ws] for ws in (self.gate, self.up, self.down)]
+        object.__setattr__(self, "table", torch.tensor(rows, dtype=torch.int64))
 
     @staticmethod
     def supports(*infos: TensorInfo) -> bool:
@@ -98,37 +105,23 @@ def fused_moe_cpu(
     """x (T, D) float, topk_ids / topk_weights (T, k) -> (T, D) float32; see the module docstring."""
     if x.dim() != 2 or x.shape[1] != experts.dim:
         raise ValueError(f"x: must be (T, {experts.dim}), got {tuple(x.shape)}")
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != x.shape[0] or topk_weights.shape != topk_ids.shape:
+        raise ValueError(f"topk_ids and topk_weights: must both be (T, k) with T = {x.shape[0]}, got "
+                         f"{tuple(topk_ids.shape)} and {tuple(topk_weights.shape)}")  # fmt: skip
     n_tokens, k = topk_ids.shape
-    flat = topk_ids.reshape(-1).to(torch.int64)
-    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= experts.n_experts):
-        raise ValueError(f"topk_ids: expert ids must be in [0, {experts.n_experts}), got {flat.min()}..{flat.max()}")
-    xf = x.to(torch.float32)
-    route_w = topk_weights.reshape(-1).to(torch.float32)
-    y = torch.empty(flat.numel(), experts.dim, dtype=torch.float32)
-    if n_tokens == 1:  # decode of one sequence: k distinct experts, one row each, no sort
-        for s, e in enumerate(flat.tolist()):
-            y[s] = _expert(experts, e, xf)[0] * route_w[s]
-        return y.view(1, k, experts.dim).sum(1)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=experts.n_experts).tolist()
-    start = 0
-    for e, count in enumerate(counts):
-        if not count:
-            continue
-        ids = order[start : start + count]
-        start += count
-        y[ids] = _expert(experts, e, xf.index_select(0, ids // k)) * route_w[ids, None]
-    return y.view(n_tokens, k, experts.dim).sum(1)
-
-
-def _expert(experts: CpuExperts, e: int, rows: torch.Tensor) -> torch.Tensor:
-    """rows (n, D) float32 through expert e: gate and up in one call, the biases, the activation, down."""
-    f = experts.ffn_dim
-    gu = cpu_qmatmul(rows, (experts.gate[e], experts.up[e]), experts.kernels)
-    g, u = gu[:, :f], gu[:, f:]
-    if experts.gate_bias is not None:
-        g = g + experts.gate_bias[e]
-    if experts.up_bias is not None:
-        u = u + experts.up_bias[e]
-    y = cpu_qmatmul(gated_activation_ref(g, u, experts.activation), (experts.down[e],), experts.kernels)
-    return y if experts.down_bias is None else y + experts.down_bias[e]
+    if not 1 <= k <= experts.n_experts:
+        raise ValueError(f"topk_ids: k must be in [1, {experts.n_experts}], got {k}")
+    ids = topk_ids.to(torch.int32).contiguous()  # ids out of [0, E) are refused by the C call (ValueError)
+    y = torch.empty(n_tokens, experts.dim, dtype=torch.float32)
+    if not n_tokens:
+        return y
+    xf = x.to(torch.float32).contiguous()
+    route = topk_weights.to(torch.float32).contiguous()
+    act = experts.activation
+    biases = (experts.gate_bias, experts.up_bias, experts.down_bias)
+    experts.kernels.impl.moe(
+        experts.table.data_ptr(), experts.n_experts, xf.data_ptr(), n_tokens, experts.dim, experts.ffn_dim, k,
+        ids.data_ptr(), route.data_ptr(), y.data_ptr(), experts.kernels.terms, 0 if act.kind == "silu" else 1,
+        act.alpha, act.limit, *(0 if b is None else b.data_ptr() for b in biases),
+    )  # fmt: skip
+    return y

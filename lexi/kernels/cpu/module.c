@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "moe.h"
 #include "qgemm.h"
 #include "repack.h"
 
@@ -138,6 +139,33 @@ static PyObject *Kernels_qmatmul(KernelsObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* A layer's experts in one call: see moe.c. Addresses of float32 / int32 / int64 buffers, checked before the
+   GIL is released. */
+static PyObject *Kernels_moe(KernelsObject *self, PyObject *args) {
+    unsigned long long table, x, ids, route, y, gb, ub, db;
+    long long t, d, f;
+    int e, k, terms, act;
+    float alpha, limit;
+    if (!PyArg_ParseTuple(args, "KiKLLLiKKKiiffKKK", &table, &e, &x, &t, &d, &f, &k, &ids, &route, &y, &terms, &act,
+                          &alpha, &limit, &gb, &ub, &db))
+        return NULL;
+    moe_args a = {.x = (const float *)(uintptr_t)x, .t = t, .d = d, .f = f, .k = k,
+                  .ids = (const int32_t *)(uintptr_t)ids, .route = (const float *)(uintptr_t)route,
+                  .table = (const int64_t *)(uintptr_t)table, .e = e, .gate_bias = (const float *)(uintptr_t)gb,
+                  .up_bias = (const float *)(uintptr_t)ub, .down_bias = (const float *)(uintptr_t)db, .act = act,
+                  .alpha = alpha, .limit = limit, .y = (float *)(uintptr_t)y, .terms = terms};
+    const char *problem = moe_check(self->isa, &a);
+    if (problem) return PyErr_Format(PyExc_ValueError, "moe: %s", problem);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    rc = moe_ffn(self->pool, &self->ws, self->isa, &a);
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    if (rc) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyObject *Kernels_quantize(KernelsObject *self, PyObject *args) {
     unsigned long long x, q, d, g;
     long long m, k, ldx;
@@ -245,6 +273,9 @@ static PyObject *Kernels_get_threads(KernelsObject *self, void *closure) {
 static PyMethodDef Kernels_methods[] = {
     {"qmatmul", (PyCFunction)Kernels_qmatmul, METH_VARARGS,
      "qmatmul(x, m, k, ldx, weights, y, ldy, terms=2): y[:, col:col+n] = x @ W.T for each (type, address, row_bytes, n, col[, layout]), x as 1 or 2 int8 terms"},
+    {"moe", (PyCFunction)Kernels_moe, METH_VARARGS,
+     "moe(table, e, x, t, d, f, k, ids, route, y, terms, act, alpha, limit, gate_bias, up_bias, down_bias): "
+     "a layer's mixture-of-experts FFN, y = sum_s route * (down(act(gate x, up x)) + bias) (0 for no bias)"},
     {"quantize", (PyCFunction)Kernels_quantize, METH_VARARGS,
      "quantize(x, m, k, ldx, block, q, d, g): x's int8 values, per-block scales and int16 sums of every 16"},
     {"dequantize", (PyCFunction)Kernels_dequantize, METH_VARARGS,

@@ -29,7 +29,7 @@ typedef struct {
     int64_t ldx, rows_per_task;
 } gemm_job;
 
-static int grow(void **buf, size_t *cap, size_t need) {
+int workspace_grow(void **buf, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     void *p = NULL;
     if (posix_memalign(&p, 64, need) != 0) return -1;
@@ -49,15 +49,15 @@ int workspace_reserve(workspace *ws, int threads, int64_t m, int64_t k) {
     }
     for (int i = 0; i < 2; i++) {
         act_buffers *b = ws->act + i;
-        if (grow((void **)&b->q, &b->q_cap, (size_t)(m * k)) ||
-            grow((void **)&b->d, &b->d_cap, sizeof(float) * (size_t)(m * k / QA)) ||
-            grow((void **)&b->g, &b->g_cap, sizeof(int16_t) * (size_t)(m * k / 16)))
+        if (workspace_grow((void **)&b->q, &b->q_cap, (size_t)(m * k)) ||
+            workspace_grow((void **)&b->d, &b->d_cap, sizeof(float) * (size_t)(m * k / QA)) ||
+            workspace_grow((void **)&b->g, &b->g_cap, sizeof(int16_t) * (size_t)(m * k / 16)))
             return -1;
     }
     for (int t = 0; t < threads; t++) {
         thread_scratch *s = ws->scratch + t;
-        if (grow(&s->work, &s->work_cap, STRIP_WORK) ||
-            grow((void **)&s->acc, &s->acc_cap, sizeof(float) * STRIP * (size_t)m))
+        if (workspace_grow(&s->work, &s->work_cap, STRIP_WORK) ||
+            workspace_grow((void **)&s->acc, &s->acc_cap, sizeof(float) * STRIP * (size_t)m))
             return -1;
     }
     return 0;
@@ -69,6 +69,8 @@ void workspace_free(workspace *ws) {
         free(ws->scratch[t].acc);
     }
     free(ws->scratch);
+    free(ws->moe_f);
+    free(ws->moe_i);
     for (int i = 0; i < 2; i++) {
         free(ws->act[i].q);
         free(ws->act[i].d);
@@ -85,40 +87,12 @@ static void quantize_task(void *ctx, int task, int thread) {
         if (j->need[i]) j->isa->quantize(j->x, j->ldx, r0, rows, j->a + i, j->terms == 2 ? j->m : -1);
 }
 
-static void run_file_rows(gemm_job *j, thread_scratch *s, const weight_desc *w, const qtype_info *info,
-                          const act_q8 *a, int64_t r0, int rows);
-
-static void run_strip(gemm_job *j, thread_scratch *s, int64_t strip) {
-    int wi = 0;
-    while (strip >= j->first_strip[wi + 1]) wi++;
-    const weight_desc *w = j->w + wi;
-    const qtype_info *info = j->info[wi];
-    int64_t r0 = (strip - j->first_strip[wi]) * STRIP;
-    int rows = (int)(w->n - r0 < STRIP ? w->n - r0 : STRIP);
-    const int64_t m = j->m, k = j->k;
-    const act_q8 *a = j->a + (info->block == 256);
-    if (w->layout == 1) {
-        j->isa->x8(w->type)(w->data + (r0 / 8) * w->row_bytes, k, a, s->acc);
-    } else {
-        run_file_rows(j, s, w, info, a, r0, rows);
-    }
-    for (int64_t c = 0; c < m; c++) {
-        float *y = j->y + c * j->ldy + w->col + r0;
-        const float *first = s->acc + c * STRIP, *second = s->acc + (m + c) * STRIP;
-        if (j->terms == 2) {
-            for (int r = 0; r < rows; r++) y[r] = first[r] + second[r];
-        } else {
-            for (int r = 0; r < rows; r++) y[r] = first[r];
-        }
-    }
-}
-
-static void run_file_rows(gemm_job *j, thread_scratch *s, const weight_desc *w, const qtype_info *info,
+static void run_file_rows(const isa_kernels *isa, thread_scratch *s, const weight_desc *w, const qtype_info *info,
                           const act_q8 *a, int64_t r0, int rows) {
-    const int64_t m = a->m, k = j->k; /* every row of the activations, both terms */
+    const int64_t m = a->m, k = a->k; /* every row of the activations, both terms */
     const uint8_t *row[STRIP];
     for (int r = 0; r < STRIP; r++) row[r] = r < rows ? w->data + (r0 + r) * w->row_bytes : NULL;
-    gemv_fn gemv = m <= GEMV_MAX_M ? j->isa->gemv(w->type) : NULL;
+    gemv_fn gemv = m <= GEMV_MAX_M ? isa->gemv(w->type) : NULL;
     if (gemv) {
         for (int half = 0; half < STRIP; half += 4) {
             if (half >= rows) break;
@@ -130,9 +104,37 @@ static void run_file_rows(gemm_job *j, thread_scratch *s, const weight_desc *w, 
         memset(s->acc, 0, sizeof(float) * STRIP * (size_t)m);
         for (int64_t k0 = 0; k0 < k; k0 += KC) {
             int n = (int)(k - k0 < KC ? k - k0 : KC);
-            j->isa->strip(info, row, k0, n, a, s->acc, s->work);
+            isa->strip(info, row, k0, n, a, s->acc, s->work);
         }
     }
+}
+
+void qgemm_strip(const isa_kernels *isa, thread_scratch *s, const weight_desc *w, const qtype_info *info,
+                 const act_q8 *a, int terms, int64_t r0, float *y, int64_t ldy) {
+    int rows = (int)(w->n - r0 < STRIP ? w->n - r0 : STRIP);
+    const int64_t m = a->m / terms;
+    if (w->layout == 1) {
+        isa->x8(w->type)(w->data + (r0 / 8) * w->row_bytes, a->k, a, s->acc);
+    } else {
+        run_file_rows(isa, s, w, info, a, r0, rows);
+    }
+    for (int64_t c = 0; c < m; c++) {
+        float *out = y + c * ldy + w->col + r0;
+        const float *first = s->acc + c * STRIP, *second = s->acc + (m + c) * STRIP;
+        if (terms == 2) {
+            for (int r = 0; r < rows; r++) out[r] = first[r] + second[r];
+        } else {
+            for (int r = 0; r < rows; r++) out[r] = first[r];
+        }
+    }
+}
+
+static void run_strip(gemm_job *j, thread_scratch *s, int64_t strip) {
+    int wi = 0;
+    while (strip >= j->first_strip[wi + 1]) wi++;
+    const qtype_info *info = j->info[wi];
+    int64_t r0 = (strip - j->first_strip[wi]) * STRIP;
+    qgemm_strip(j->isa, s, j->w + wi, info, j->a + (info->block == 256), (int)j->terms, r0, j->y, j->ldy);
 }
 
 static void gemm_task(void *ctx, int task, int thread) {
