@@ -199,6 +199,22 @@ static inline __m256i fifth_bits(const uint8_t *qh) {
 #define Q5_0_VALUES(p) _mm256_or_si256(nibbles((p) + 6), fifth_bits((p) + 2))
 #define Q5_1_VALUES(p) _mm256_or_si256(nibbles((p) + 8), fifth_bits((p) + 4))
 #define Q8_0_VALUES(p) _mm256_loadu_si256((const __m256i *)((p) + 2))
+/* Table types: each nibble picks its value from a 16-entry table (vpshufb). IQ4_NL's are signed; MXFP4's are
+   e2m1 + 12 as unpack_impl.h stores them (unsigned, the offset 12 x -D). */
+#define TABLE_VALUES(p, table) _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table))), nibbles(p))
+static const int8_t kvalues_iq4nl_gemv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const uint8_t kvalues_mxfp4_gemv[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+#define IQ4_NL_VALUES(p) TABLE_VALUES((p) + 2, kvalues_iq4nl_gemv)
+#define MXFP4_VALUES(p) TABLE_VALUES((p) + 1, kvalues_mxfp4_gemv)
+
+/* MXFP4's scale: an E8M0 byte e, the block's value 2^(e - 128) (ggml_e8m0_to_fp32_half), as unpack_impl.h reads it. */
+static inline float e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+#define D_E8M0(blk) _mm_setr_ps(e8m0_half((blk)[0][0]), e8m0_half((blk)[1][0]), e8m0_half((blk)[2][0]), e8m0_half((blk)[3][0]))
 #define D_AT0(blk) fp16x4(blk, 0)
 #define DM_NEG(blk, D) _mm_sub_ps(_mm_setzero_ps(), D)
 #define DM_AT2(blk, D) fp16x4(blk, 2)
@@ -209,6 +225,8 @@ DEFINE_GEMV32(gemv_q4_1, 20, 0, Q4_1_VALUES, D_AT0, DM_AT2, 1)
 DEFINE_GEMV32(gemv_q5_0, 22, 0, Q5_0_VALUES, D_AT0, DM_NEG, 16)
 DEFINE_GEMV32(gemv_q5_1, 24, 0, Q5_1_VALUES, D_AT0, DM_AT2, 1)
 DEFINE_GEMV32(gemv_q8_0, 34, 1, Q8_0_VALUES, D_AT0, DM_ZERO, 0)
+DEFINE_GEMV32(gemv_iq4_nl, 18, 1, IQ4_NL_VALUES, D_AT0, DM_ZERO, 0)
+DEFINE_GEMV32(gemv_mxfp4, 17, 0, MXFP4_VALUES, D_E8M0, DM_NEG, 12)
 
 gemv_fn gemv_lookup_avx2(int type) {
     switch (type) {
@@ -217,6 +235,8 @@ gemv_fn gemv_lookup_avx2(int type) {
         case T_Q5_0: return gemv_q5_0;
         case T_Q5_1: return gemv_q5_1;
         case T_Q8_0: return gemv_q8_0;
+        case T_IQ4_NL: return gemv_iq4_nl;
+        case T_MXFP4: return gemv_mxfp4;
         case T_Q4_K: return gemv_q4_k;
         case T_Q6_K: return gemv_q6_k;
         default: return NULL;
