@@ -217,7 +217,7 @@ class Engine:
     def step(self) -> None:
         """One scheduling decision and, if anything runs, one batched forward."""
         if self.config.spec.enabled:
-            self.speculator.propose(self.scheduler.running)
+            self.speculator.propose(self.scheduler.running, self.stats)
         out = self.scheduler.schedule(time.monotonic())
         self._update_gauges()
         for seq in out.rejected:
@@ -231,6 +231,8 @@ class Engine:
         for seq in dict.fromkeys((*out.admitted, *out.matched)):  # a queued choice can be both in one step
             self.stats.cached_tokens_total += seq.num_cached
         if out.scheduled:
+            if self.config.spec.enabled:
+                self.speculator.count_rows(out.scheduled, self.stats)
             self._run_batch(out.scheduled)
             self.stats.steps_total += 1
         self._update_gauges()

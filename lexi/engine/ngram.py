@@ -56,12 +56,18 @@ class DraftPace:
     one token longer than what was taken, and a check that takes nothing waits 1, 2, 4 .. 16 steps before the
     sequence proposes again. Only speed depends on it: a check's outcome is the output's either way."""
 
-    __slots__ = ("_cap", "_misses", "_wait")
+    __slots__ = ("_cap", "_misses", "_taken", "_wait")
 
     def __init__(self) -> None:
         self._cap: int | None = None  # None: --spec-max
         self._misses = 0
+        self._taken = 0  # draft tokens the last check took
         self._wait = 0
+
+    @property
+    def last_taken(self) -> int:
+        """Draft tokens the last check took (0 before any): who gets a step's draft budget first (draft_budget.py)."""
+        return self._taken
 
     def limit(self, most: int) -> int:
         """Tokens the next draft may have (0: this step proposes nothing); called once a step."""
@@ -71,6 +77,7 @@ class DraftPace:
         return most if self._cap is None else min(self._cap, most)
 
     def checked(self, proposed: int, taken: int) -> None:
+        self._taken = taken
         if taken == proposed:
             self._cap = None if self._cap is None else 2 * self._cap
         else:

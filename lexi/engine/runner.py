@@ -23,6 +23,11 @@ class ModelRunner:
         self.kv_cache = model.new_kv_cache(config.num_blocks, config.block_size)
         self.sampler: Sampler | None = None
 
+    @property
+    def cheap_rows(self) -> int | None:
+        """Rows of x a step may feed while the model's matmuls stay on their decode path; None: no such limit."""
+        return self.model.cheap_rows
+
     def build(self, scheduled: Seq[ScheduledSeq]) -> tuple[torch.Tensor, AttentionMetadata, list[tuple[int, int]]]:
         """Flat token ids, metadata, and where each sequence's logits are: (first logits row, rows).
 

@@ -71,6 +71,15 @@ class CpuKernels:
     def threads(self) -> int:
         return self.impl.threads
 
+    @property
+    def decode_rows(self) -> int:
+        """Rows of x a step may give these kernels and stay on their cheap path: GEMV_MAX_M (cpu/lexi_cpu.h), the
+        rows the decode kernels take with each weight row read once for all. A bound on work more than an exact
+        switch: the driver counts a row's two int16 terms as two rows (the file layouts leave the decode kernels
+        past GEMV_MAX_M / 2 rows of x with the default activations), and the interleaved (x8) layouts have no
+        switch, their work growing with every row."""
+        return _cpu.GEMV_MAX_M
+
 
 @dataclass(frozen=True, slots=True)
 class CpuWeight:

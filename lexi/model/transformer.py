@@ -7,6 +7,7 @@ from torch import nn
 
 from lexi.kernels.cpu_qmatmul import CpuKernels
 from lexi.kernels.paged_attention import AttentionMetadata
+from lexi.kernels.quant_weight import GEMV_MAX_M as TRITON_GEMV_MAX_M
 from lexi.model.args import ModelArgs
 from lexi.model.attention import Attention
 from lexi.model.decode_cpu import DecodeStack, run_decode
@@ -116,6 +117,18 @@ class Transformer(nn.Module):
         # the calling thread alone. Two thread teams on the same cores took them from each other for whole
         # scheduler slices (measured: Llama-3-8B decode 1.4 tok/s with torch on 2 threads, 3.0 with 1).
         self.cpu_kernels = cpu_kernels
+
+    @property
+    def cheap_rows(self) -> int | None:
+        """Rows of x a step may feed while its matmuls stay on their decode path, which reads each weight once for
+        all rows (the engine keeps a step's draft tokens within it: lexi/engine/draft_budget.py). The CPU kernels'
+        `decode_rows`, the Triton GEMV's row limit (lexi/kernels/qmatmul.py); None where the matmuls have no such
+        path (dense weights, the dequantizing reference)."""
+        if self.cpu_kernels is not None:
+            return self.cpu_kernels.decode_rows
+        if self.kernels == "triton":
+            return TRITON_GEMV_MAX_M
+        return None
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
         """One (k, v) pair per layer, each (num_blocks, block_size, n_kv_heads, head_dim) in the compute dtype."""

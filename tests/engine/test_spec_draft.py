@@ -59,9 +59,11 @@ def test_greedy_rows_take_their_own_drafts_and_keep_their_output(smollm2_determi
     on, deltas, stats = generate(model, tok, PROMPTS, lambda i: greedy, DRAFT)
     assert on == off
     # the draft model is the target itself: every proposed token is the target's own choice
-    assert stats["spec_proposed_total"] > 100
+    assert stats["spec_proposed_total"] > 60
     assert stats["spec_accepted_total"] >= 0.95 * stats["spec_proposed_total"], stats
-    assert all(len(d) < 40 / 3 for d in deltas), "several tokens a step"
+    # several tokens a step for every row, the four sharing each step's draft budget (lexi/engine/draft_budget.py)
+    assert all(max(len(d.token_ids) for d in row) > 1 for row in deltas), "several tokens a step"
+    assert stats["steps_total"] < 40 / 1.5 and 4 < stats["spec_batch_rows_max"] <= model.cheap_rows, stats
     assert stats["kv_blocks_used"] == 0
 
 

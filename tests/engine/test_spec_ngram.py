@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from engine_helpers import collect, run, running_engine, tokens_of
 
+from lexi.engine.draft_budget import draft_budget, share_budget
 from lexi.engine.ngram import NgramIndex, SpecConfig
 from lexi.engine.request import GenerationRequest
 from lexi.engine.sampling import SamplingParams
@@ -129,3 +130,37 @@ def test_drafts_lengthen_when_taken_and_pause_when_refused():
     assert sum(pace.limit(8) == 0 for _ in range(17)) == 16  # the wait stops growing at 16 steps
     pace.checked(1, 1)
     assert pace.limit(8) == 2
+
+
+def test_a_batch_shares_its_draft_budget_by_the_last_checks():
+    assert draft_budget(8, 1) is None  # a lone sequence keeps its whole draft
+    assert draft_budget(None, 4) is None  # no cheap-row path: no limit
+    assert draft_budget(8, 4) == 4 and draft_budget(8, 8) == 0 and draft_budget(8, 12) == 0
+    # the one whose last check took the most comes first, ties in batch order, each takes what is left
+    assert share_budget([8, 8, 3, 8], [0, 5, 5, 0], 4) == [0, 4, 0, 0]
+    assert share_budget([2, 8, 3, 8], [0, 1, 5, 0], 7) == [0, 4, 3, 0]
+    assert share_budget([2, 0, 3, 8], [0, 0, 0, 0], 6) == [2, 0, 3, 1]
+    assert share_budget([8, 8], [0, 0], None) == [8, 8]
+
+
+REPEATING = [
+    CODE + CODE[:30],
+    PROMPTS[2],
+    PROMPTS[3],
+    "Say it twice: the quick brown fox jumps over the lazy dog. Again: the quick brown fox jumps",
+]
+
+
+def test_concurrent_drafts_stay_within_the_cheap_rows_and_a_lone_stream_keeps_its_whole_draft(smollm2):
+    """Four repeating streams want 8-token drafts each (36 rows a step): the steps where several decode feed
+    at most the CPU kernels' cheap rows; one stream alone still checks --spec-max tokens at once."""
+    model, tok = smollm2
+    assert model.cheap_rows == 8  # GEMV_MAX_M of lexi/kernels/cpu/lexi_cpu.h, read from the C module
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    spec = SpecConfig("ngram", 8, 2)
+    _, _, stats = generate_all(model, tok, REPEATING, lambda i: params, spec)
+    assert stats["spec_accepted_total"] > 0 and stats["spec_budget_cut_total"] > 0
+    assert len(REPEATING) < stats["spec_batch_rows_max"] <= model.cheap_rows  # drafts checked, within the budget
+    _, deltas, alone = generate_all(model, tok, REPEATING[:1], lambda i: params, spec)
+    assert max(len(d.token_ids) for d in deltas[0]) == spec.max_tokens + 1  # a whole 8-token draft taken
+    assert alone["spec_budget_cut_total"] == 0 and alone["spec_batch_rows_max"] == 0

@@ -150,6 +150,8 @@ def test_speculation_on_the_triton_path_matches_the_reference(tiny_models, name)
     tokenizer = Tokenizer.from_gguf(f)
     ref = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="reference"))
     tri = load_model(f, LoadConfig(dtype="float32", device="cpu", kernels="triton"))
+    # a step's draft budget (lexi/engine/draft_budget.py): the Triton GEMV's rows; dense float32 has no limit
+    assert tri.cheap_rows == 16 and ref.cheap_rows is None
     batch, later = _prompts(seed=3 + len(name))
     batch = [p[:12] * 3 for p in batch]  # every 2-gram of the prompt has a continuation to propose
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)

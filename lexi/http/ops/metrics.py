@@ -50,11 +50,13 @@ class Metrics:
             "lexi_cached_prompt_tokens", "Prompt tokens taken from the prefix cache since start", registry=self.registry
         )
         self.cached_prompt_tokens.set_function(lambda: self._stat("cached_tokens_total"))
-        # speculative decoding (--spec): drafts proposed, their tokens taken, and the rows that checked one
+        # speculative decoding (--spec): drafts proposed and taken, rows that checked one, what the step budget did
         for name, stat, doc in (
             ("lexi_spec_proposed_tokens", "spec_proposed_total", "Draft tokens proposed by speculation since start"),
             ("lexi_spec_accepted_tokens", "spec_accepted_total", "Draft tokens the model's check took since start"),
             ("lexi_spec_verify_rows", "spec_steps_total", "Decode rows that checked a draft since start"),
+            ("lexi_spec_budget_cut_tokens", "spec_budget_cut_total", "Draft tokens past a step's budget, not checked"),
+            ("lexi_spec_batch_rows_max", "spec_batch_rows_max", "Most rows a step fed for several decoding requests"),
         ):
             gauge = Gauge(name, doc, registry=self.registry)
             gauge.set_function(lambda stat=stat: self._stat(stat))

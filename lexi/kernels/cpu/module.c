@@ -332,5 +332,6 @@ PyMODINIT_FUNC PyInit__cpu(void) {
         return NULL;
     }
     PyModule_AddIntConstant(m, "KC", KC);
+    PyModule_AddIntConstant(m, "GEMV_MAX_M", GEMV_MAX_M);
     return m;
 }
