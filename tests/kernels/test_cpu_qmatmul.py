@@ -129,7 +129,7 @@ def test_rows_do_not_depend_on_the_batch(kernels, qtype):
                 assert np.array_equal(got, full[:m]), f"{isa} {w.layout}: {qtype.name} m={m} differs from m=9"
 
 
-X8_TYPES = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q6_K)  # repack.c's interleaved layouts
+X8_TYPES = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.IQ4_NL, Q.MXFP4, Q.Q4_K, Q.Q6_K)  # repack.c's layouts
 
 
 @pytest.mark.parametrize("qtype", X8_TYPES, ids=lambda t: t.name)
@@ -151,6 +151,22 @@ def test_interleaved_kernels_equal_the_portable_ones(kernels, qtype):
             got = run(kern, [packed], x[:m])
             bad = np.argwhere(got != want[:m])
             assert not len(bad), f"{isa}: {qtype.name} m={m} differs from scalar at (row, col) {bad[:5].tolist()}"
+
+
+def test_mxfp4_scales_at_the_ends_of_e8m0(kernels):
+    """The interleaved MXFP4 kernel turns its eight scale bytes into floats at once: the subnormal halves (e = 0, 1)
+    and large exponents give the portable kernels' bits, at decode and prefill row counts."""
+    n, k = 16, 256
+    rows = random_rows(Q.MXFP4, n, k, seed=5).reshape(n, k // 32, 17)
+    rows[:, :, 0] = np.resize(np.array([0, 1, 2, 3, 60, 127, 128, 190], np.uint8), rows.shape[:2])
+    rows = np.ascontiguousarray(rows.reshape(n, -1))
+    x = np.random.default_rng(6).standard_normal((11, k)).astype(np.float32)
+    want = run(kernels["scalar"], [CpuWeight.from_rows(rows, Q.MXFP4, (n, k))], x)
+    assert np.isfinite(want).all() and (want != 0).any()
+    for isa, kern in kernels.items():
+        packed = CpuWeight.repacked(kern, rows, Q.MXFP4, (n, k), release=False)
+        for m in (1, 2, 11):
+            assert np.array_equal(run(kern, [packed], x[:m]), want[:m]), f"{isa} {packed.layout} m={m}"
 
 
 def test_vnni_is_chosen_where_the_cpu_has_it():
@@ -179,7 +195,7 @@ def test_fused_weights_equal_separate_calls(kernels):
 
 def test_interleaved_layout_is_the_file_size(kernels):
     kern = kernels[available_isas()[-1]]
-    for qtype, extra in ((Q.Q8_0, 0), (Q.Q6_K, 0), (Q.Q4_K, 32 / 1152)):
+    for qtype, extra in ((Q.Q8_0, 0), (Q.Q6_K, 0), (Q.Q4_K, 32 / 1152), (Q.MXFP4, 0), (Q.IQ4_NL, 0)):
         n, k = 64, 4096
         size = kern.impl.x8_bytes(int(qtype), n, k)
         if not size:

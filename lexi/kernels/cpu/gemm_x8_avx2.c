@@ -231,6 +231,87 @@ DEFINE_SMALL(x8_q4_1)
 DEFINE_SMALL(x8_q5_0)
 DEFINE_SMALL(x8_q5_1)
 
+/* ---- IQ4_NL and MXFP4: each nibble picks its value from a 16-entry table (vpshufb), Q4_0's registers ---- */
+static const int8_t iq4_nl_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* e2m1 + 12 (unsigned, as unpack_impl.h stores MXFP4), the 12 taken back by the offset 12 x -D */
+static const uint8_t mxfp4_table[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+static inline __m256i table16(const void *t) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* Eight E8M0 bytes -> 2^(e - 128) as floats (ggml_e8m0_to_fp32_half; e < 2 are the subnormals 2^-128, 2^-127). */
+static inline __m256 e8m0_half_x8(const uint8_t *p) {
+    __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+}
+
+/* Signed values of up to 127: one step per vpmaddwd, as Q8_0. */
+#define IQ4_NL_BLOCKS(C)                                                                                    \
+    for (int64_t b = 0; b < k / 32; b++) {                                                                  \
+        const uint8_t *g = group + b * 144, *qs = g + 16;                                                   \
+        x8_prefetch(g, 144);                                                                                \
+        __m256i t[C];                                                                                       \
+        for (int c = 0; c < C; c++) t[c] = _mm256_setzero_si256();                                          \
+        for (int i = 0; i < 4; i++) {                                                                       \
+            __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));                                 \
+            __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(w, m4));                               \
+            __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4));         \
+            __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);                                   \
+            for (int c = 0; c < C; c++) {                                                                   \
+                const int8_t *q = a->q + (c0 + c) * k + 32 * b + 4 * i;                                     \
+                __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(q), lo));                    \
+                __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(q + 16), hi));               \
+                t[c] = _mm256_add_epi32(t[c], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),                 \
+                                                               _mm256_madd_epi16(ph, ones)));               \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 D = fp16x8(g);                                                                               \
+        for (int c = 0; c < C; c++)                                                                         \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[c]),                                                \
+                                   _mm256_mul_ps(D, _mm256_set1_ps(a->d[(c0 + c) * (k / 32) + b])), f[c]);  \
+    }
+
+static void x8_iq4_nl(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1), table = table16(iq4_nl_table);
+    KERNEL_BODY(IQ4_NL_BLOCKS)
+}
+
+/* Unsigned values of up to 24: two registers (four steps) per vpmaddwd, then the offset 12 x -D. */
+#define MXFP4_BLOCKS(C)                                                                                     \
+    for (int64_t b = 0; b < k / 32; b++) {                                                                  \
+        const uint8_t *g = group + b * 136, *qs = g + 8;                                                    \
+        x8_prefetch(g, 136);                                                                                \
+        __m256i t[C], h[C];                                                                                 \
+        for (int i = 0; i < 4; i++) {                                                                       \
+            __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));                                 \
+            __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(w, m4));                               \
+            __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4));         \
+            for (int c = 0; c < C; c++) {                                                                   \
+                const int8_t *q = a->q + (c0 + c) * k + 32 * b + 4 * i;                                     \
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q)),                            \
+                                             _mm256_maddubs_epi16(hi, bcast4(q + 16)));                     \
+                h[c] = (i & 1) ? _mm256_add_epi16(h[c], p) : p;                                             \
+                if (i == 1) t[c] = _mm256_madd_epi16(h[c], ones);                                           \
+                if (i == 3) t[c] = _mm256_add_epi32(t[c], _mm256_madd_epi16(h[c], ones));                   \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 D = e8m0_half_x8(g), Dm = neg(D);                                                            \
+        for (int c = 0; c < C; c++) {                                                                       \
+            __m256 d = _mm256_set1_ps(a->d[(c0 + c) * (k / 32) + b]);                                       \
+            const int16_t *gs = a->g + (c0 + c) * (k / 16) + 2 * b;                                         \
+            f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[c]), _mm256_mul_ps(D, d), f[c]);                    \
+            f[c] = _mm256_fmadd_ps(_mm256_set1_ps((float)(12 * (gs[0] + gs[1]))), _mm256_mul_ps(Dm, d), f[c]); \
+        }                                                                                                   \
+    }
+
+static void x8_mxfp4(const uint8_t *group, int64_t k, const act_q8 *a, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1), table = table16(mxfp4_table);
+    KERNEL_BODY(MXFP4_BLOCKS)
+}
+
 x8_kernel x8_kernel_avx2(int type) {
     switch (type) {
         case T_Q8_0: return x8_q8_0;
@@ -240,6 +321,8 @@ x8_kernel x8_kernel_avx2(int type) {
         case T_Q4_1: return x8_q4_1;
         case T_Q5_0: return x8_q5_0;
         case T_Q5_1: return x8_q5_1;
+        case T_IQ4_NL: return x8_iq4_nl;
+        case T_MXFP4: return x8_mxfp4;
         default: return NULL;
     }
 }

@@ -273,7 +273,7 @@ x8_kernel x8_kernel_vnni(int type) {
         case T_Q4_1: return x8_q4_1;
         case T_Q5_0: return x8_q5_0;
         case T_Q5_1: return x8_q5_1;
-        default: return NULL;
+        default: return x8_kernel_avx2(type); /* IQ4_NL, MXFP4: the AVX2 kernels (AVX-512 CPUs run them too) */
     }
 }
 #endif

@@ -9,6 +9,8 @@
      Q4_0, Q4_1, Q5_0, Q5_1 (32 values; 144, 160, 176, 192 bytes): d[8] | m[8] (the _1 types) | qh[8] (u32, the
            5-bit types) | 4 registers i: row r's 4 bytes are the file's qs[4i .. 4i+3], low nibbles values 4i + e,
            high nibbles values 16 + 4i + e
+     IQ4_NL (32 values, 144 bytes): Q4_0's layout (the nibbles are table indices)
+     MXFP4 (32 values, 136 bytes): e[8] (the E8M0 scale bytes) | Q4_0's 4 registers
      Q4_K (256 values, 1184 bytes): d[8] | dmin[8] (fp16) | sc[8 sub-blocks][8 rows] | m[8][8] (6-bit, bytes) |
            32 registers (t, i), t = 0..3, i = 0..7: row r's 4 bytes are the file's qs[32t + 4i .. +3], whose low
            nibbles are values 64t + 4i + e and high nibbles values 64t + 32 + 4i + e
@@ -63,6 +65,18 @@ static inline void repack_small(const uint8_t *const *rows, int64_t nb, uint8_t 
 }
 
 static void repack_q4_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 18, -1, -1, 2); }
+
+static void repack_mxfp4(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
+    for (int64_t b = 0; b < nb; b++, dst += 136) {
+        memset(dst, 0, 136);
+        for (int r = 0; r < 8; r++) {
+            if (!rows[r]) continue;
+            const uint8_t *p = rows[r] + b * 17;
+            dst[r] = p[0];
+            for (int i = 0; i < 4; i++) memcpy(dst + 8 + 32 * i + 4 * r, p + 1 + 4 * i, 4);
+        }
+    }
+}
 static void repack_q4_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 20, 2, -1, 4); }
 static void repack_q5_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 22, -1, 2, 6); }
 static void repack_q5_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 24, 2, 4, 8); }
@@ -129,7 +143,10 @@ const x8_layout *x8_lookup(int type) {
     static const x8_layout q6_k = {256, 1680, repack_q6_k};
     static const x8_layout q4_0 = {32, 144, repack_q4_0}, q4_1 = {32, 160, repack_q4_1};
     static const x8_layout q5_0 = {32, 176, repack_q5_0}, q5_1 = {32, 192, repack_q5_1};
+    static const x8_layout iq4_nl = {32, 144, repack_q4_0}, mxfp4 = {32, 136, repack_mxfp4};
     switch (type) {
+        case T_IQ4_NL: return &iq4_nl;
+        case T_MXFP4: return &mxfp4;
         case T_Q4_0: return &q4_0;
         case T_Q4_1: return &q4_1;
         case T_Q5_0: return &q5_0;
