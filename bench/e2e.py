@@ -18,6 +18,10 @@ prefix-cache hits). The ratio is LexiEngine's over llama.cpp's, oriented so that
     .venv/bin/python bench/e2e.py --models /tmp/llama3-8b.gguf --pp 256 512 --tg 32 --streams 1 4 \
         --engines llama serve --reps 1   # a synthetic 8B (bench/synth_gguf.py)
 
+`--alone` starts one engine at a time (all its rows, then the next engine), for a model over half the RAM: two
+resident copies evict each other's pages and the ratio then measures the disk (gpt-oss-20b on 23 GB: llama.cpp's
+tg32 7.8 tok/s alone, 5.7 beside ours).
+
 Prints the table and appends it, with the date, commit, machine and load averages, to bench/RESULTS.md.
 """
 
@@ -82,31 +86,41 @@ def measure(name: str, path: Path, reps: int, threads: int, deterministic: bool,
         "serve": lambda: LexiServer(path, serve_flags, ctx, max(args.streams)),
         "inproc": lambda: Worker(["lexi", str(path), *flag]),
     }
-    engines = {key: builders[key]() for key in args.engines}
-    vocab = min(e.vocab() for e in engines.values())
-    table = []
-    try:
-        for label, op, length, n in rows:
-            times: dict[str, list[float]] = {k: [] for k in engines}
-            for rep in range(reps + 1):  # rep 0 is the warm-up
-                for key, engine in engines.items():
-                    prompts = [[rng.randrange(1000, vocab // 2) for _ in range(length)] for _ in range(n)]
-                    time.sleep(SETTLE)
-                    seconds = engine.run(op, prompts, args.tg)
-                    if rep:
-                        times[key].append(seconds)
-            row = {"model": name, "test": label}
-            for key, values in times.items():
-                row[key] = speed(label, op, length, n, statistics.median(values), args.tg)
-            table.append(row)
-            print(f"  {name} {label}: " + ", ".join(f"{k} {row[k]:.1f}" for k in engines), flush=True)
-        table.append({"model": name, "test": "ready (s)", **{k: e.ready_s for k, e in engines.items()}})
-        table.append({"model": name, "test": "peak RSS (GB)", **{k: e.peak_rss() / 1e9 for k, e in engines.items()}})
-        print(f"  {name} ready/RSS: " + ", ".join(f"{r['test']} {r}" for r in table[-2:]), flush=True)
-    finally:
-        for engine in engines.values():
-            engine.close()
-    return table
+    # llama.cpp first: its worker reads the vocabulary that bounds every engine's prompt ids (serve's does not)
+    order = sorted(args.engines, key=lambda key: key != "llama")
+    groups = [[key] for key in order] if args.alone else [order]
+    bound = 1 << 30
+    results: dict[str, dict] = {label: {"model": name, "test": label} for label, _, _, _ in rows}
+    extra = {test: {"model": name, "test": test} for test in ("ready (s)", "peak RSS (GB)")}
+    for group in groups:
+        engines = {key: builders[key]() for key in group}
+        try:
+            bound = min([bound] + [e.vocab() for e in engines.values()])
+            run_rows(engines, rows, reps, rng, args.tg, results, bound)
+            for key, e in engines.items():
+                extra["ready (s)"][key], extra["peak RSS (GB)"][key] = e.ready_s, e.peak_rss() / 1e9
+        finally:
+            for engine in engines.values():
+                engine.close()
+    for label, _, _, _ in rows:
+        print(f"  {name} {label}: " + ", ".join(f"{k} {results[label][k]:.1f}" for k in args.engines), flush=True)
+    return [*results.values(), *extra.values()]
+
+
+def run_rows(engines: dict, rows: list, reps: int, rng: random.Random, tg: int, results: dict, vocab: int) -> None:
+    """Every row on these engines, repetitions interleaved among them, prompt ids below vocab / 2; the medians into
+    `results[label][key]`."""
+    for label, op, length, n in rows:
+        times: dict[str, list[float]] = {k: [] for k in engines}
+        for rep in range(reps + 1):  # rep 0 is the warm-up
+            for key, engine in engines.items():
+                prompts = [[rng.randrange(1000, vocab // 2) for _ in range(length)] for _ in range(n)]
+                time.sleep(SETTLE)
+                seconds = engine.run(op, prompts, tg)
+                if rep:
+                    times[key].append(seconds)
+        for key, values in times.items():
+            results[label][key] = speed(label, op, length, n, statistics.median(values), tg)
 
 
 def ratio(row: dict, key: str) -> float:
@@ -146,6 +160,8 @@ def main() -> None:
     parser.add_argument("--pp", nargs="+", type=int, default=list(PP), help="prompt lengths of the pp rows")
     parser.add_argument("--tg", type=int, default=TG, help="tokens of the tg and decode rows")
     parser.add_argument("--streams", nargs="+", type=int, default=list(STREAMS), help="streams of the decode rows")
+    parser.add_argument("--alone", action="store_true",
+                        help="one engine alive at a time (a model over half the RAM: two would evict each other's pages)")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="llama must be one")
     args = parser.parse_args()
     if "llama" not in args.engines:
@@ -167,7 +183,8 @@ def main() -> None:
         "environment. LexiEngine: `lexi-engine serve` over HTTP, and the engine API in its own process; dtype "
         f"auto, --spec off{', --deterministic' if args.deterministic else ''}"
         f"{', ' + args.serve_args if args.serve_args else ''}, torch's default threads. tok/s (ttft: ms), "
-        f"median of {args.reps} after a warm-up. {args.note}\n"
+        f"median of {args.reps} after a warm-up"
+        f"{'; one engine alive at a time (--alone)' if args.alone else ''}. {args.note}\n"
     )
     text = header + "\n" + render(table, loads, args.engines)
     print("\n" + text)
