@@ -20,7 +20,7 @@ prefix-cache hits). The ratio is LexiEngine's over llama.cpp's, oriented so that
 
 `--alone` starts one engine at a time (all its rows, then the next engine), for a model over half the RAM: two
 resident copies evict each other's pages and the ratio then measures the disk (gpt-oss-20b on 23 GB: llama.cpp's
-tg32 7.8 tok/s alone, 5.7 beside ours).
+tg32 7.3 and 7.9 tok/s alone, 5.7 beside ours).
 
 Prints the table and appends it, with the date, commit, machine and load averages, to bench/RESULTS.md.
 """
