@@ -51,9 +51,7 @@ ENGINES = ("llama", "serve", "inproc")
 SETTLE = 0.3
 
 
-def rows_to_run(
-    only: list[str] | None = None, pp=PP, tg: int = TG, streams=STREAMS
-) -> list[tuple[str, str, int, int]]:
+def rows_to_run(only: list[str] | None = None, pp=PP, tg: int = TG, streams=STREAMS) -> list[tuple[str, str, int, int]]:
     """(label, op, prompt length, streams), all of them or those whose label starts with one of `only`."""
     rows = [(f"pp{n}", "pp", n, 1) for n in pp] + [(f"tg{tg}", "tg", 1, 1)]
     rows += [(f"decode x{n}", "decode", STREAM_PROMPT, n) for n in streams]
@@ -160,8 +158,11 @@ def main() -> None:
     parser.add_argument("--pp", nargs="+", type=int, default=list(PP), help="prompt lengths of the pp rows")
     parser.add_argument("--tg", type=int, default=TG, help="tokens of the tg and decode rows")
     parser.add_argument("--streams", nargs="+", type=int, default=list(STREAMS), help="streams of the decode rows")
-    parser.add_argument("--alone", action="store_true",
-                        help="one engine alive at a time (a model over half the RAM: two would evict each other's pages)")
+    parser.add_argument(
+        "--alone",
+        action="store_true",
+        help="one engine alive at a time (a model over half the RAM: two would evict each other's pages)",
+    )
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="llama must be one")
     args = parser.parse_args()
     if "llama" not in args.engines:

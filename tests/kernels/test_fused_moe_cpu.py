@@ -68,18 +68,19 @@ def _layer(kernels: CpuKernels, types: tuple[Q, Q, Q], d: int, f: int, e: int, s
     random valid blocks (gguf-py quantizes no K-quant)."""
     rng, gen = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
     shapes = ((f, d), (f, d), (d, f))
-    raw = [random_blocks(q, e * s[0] * s[1], gen, scale=1e-3).numpy().reshape(e, s[0], -1)
-           for q, s in zip(types, shapes)]  # fmt: skip
+    projections = [
+        (random_blocks(q, e * s[0] * s[1], gen, scale=1e-3).numpy().reshape(e, s[0], -1), q, s)
+        for q, s in zip(types, shapes, strict=True)
+    ]
     bias = (
         tuple(torch.from_numpy(rng.standard_normal((e, n)).astype(np.float32) * 0.1) for n in (f, f, d))
         if biases else (None, None, None)
     )  # fmt: skip
     extra = {} if activation is None else {"activation": activation}
-    ref = ExpertFFN(*(ExpertWeights(q, (e, *s), torch.from_numpy(b.copy())) for b, q, s in zip(raw, types, shapes)),
+    ref = ExpertFFN(*(ExpertWeights(q, (e, *s), torch.from_numpy(b.copy())) for b, q, s in projections),
                     gate_bias=bias[0], up_bias=bias[1], down_bias=bias[2], **extra)  # fmt: skip
     cpu = CpuExperts(
-        *(tuple(CpuWeight.repacked(kernels, b[i], q, s, release=False) for i in range(e))
-          for b, q, s in zip(raw, types, shapes)),
+        *(tuple(CpuWeight.repacked(kernels, b[i], q, s, release=False) for i in range(e)) for b, q, s in projections),
         kernels, gate_bias=bias[0], up_bias=bias[1], down_bias=bias[2], **extra,
     )  # fmt: skip
     return ref, cpu
