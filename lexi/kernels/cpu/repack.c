@@ -39,18 +39,19 @@ static void repack_q8_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
     }
 }
 
-/* The 32-value 4- and 5-bit types: `m` and `qh` say where the file's block has them (-1: none). */
-static inline void repack_small(const uint8_t *const *rows, int64_t nb, uint8_t *dst, int bytes, int m, int qh,
-                                int qs) {
-    const int out = 16 + (m >= 0 ? 16 : 0) + (qh >= 0 ? 32 : 0) + 128;
+/* The 32-value 4- and 5-bit types: the scale is the block's first `d_bytes` (2: fp16; 1: MXFP4's E8M0 byte);
+   `m` and `qh` say where the file's block has them (-1: none). */
+static inline void repack_small(const uint8_t *const *rows, int64_t nb, uint8_t *dst, int bytes, int d_bytes, int m,
+                                int qh, int qs) {
+    const int out = 8 * d_bytes + (m >= 0 ? 16 : 0) + (qh >= 0 ? 32 : 0) + 128;
     for (int64_t b = 0; b < nb; b++, dst += out) {
         memset(dst, 0, (size_t)out);
         for (int r = 0; r < 8; r++) {
             if (!rows[r]) continue;
             const uint8_t *p = rows[r] + b * bytes;
             uint8_t *o = dst;
-            copy_u16(o + 2 * r, p);
-            o += 16;
+            memcpy(o + d_bytes * r, p, (size_t)d_bytes);
+            o += 8 * d_bytes;
             if (m >= 0) {
                 copy_u16(o + 2 * r, p + m);
                 o += 16;
@@ -64,22 +65,11 @@ static inline void repack_small(const uint8_t *const *rows, int64_t nb, uint8_t 
     }
 }
 
-static void repack_q4_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 18, -1, -1, 2); }
-
-static void repack_mxfp4(const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
-    for (int64_t b = 0; b < nb; b++, dst += 136) {
-        memset(dst, 0, 136);
-        for (int r = 0; r < 8; r++) {
-            if (!rows[r]) continue;
-            const uint8_t *p = rows[r] + b * 17;
-            dst[r] = p[0];
-            for (int i = 0; i < 4; i++) memcpy(dst + 8 + 32 * i + 4 * r, p + 1 + 4 * i, 4);
-        }
-    }
-}
-static void repack_q4_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 20, 2, -1, 4); }
-static void repack_q5_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 22, -1, 2, 6); }
-static void repack_q5_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 24, 2, 4, 8); }
+static void repack_q4_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 18, 2, -1, -1, 2); }
+static void repack_q4_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 20, 2, 2, -1, 4); }
+static void repack_q5_0(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 22, 2, -1, 2, 6); }
+static void repack_q5_1(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 24, 2, 2, 4, 8); }
+static void repack_mxfp4(const uint8_t *const *rows, int64_t nb, uint8_t *dst) { repack_small(rows, nb, dst, 17, 1, -1, -1, 1); }
 
 static void scale_min_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     for (int j = 0; j < 4; j++) {
