@@ -26,6 +26,7 @@ setup(
                     "gemm_x8_vnni.c",
                     "repack.c",
                     "moe.c",
+                    "decode.c",
                 )
             ],
             depends=[str(p) for p in CPU.glob("*.h")],

@@ -10,6 +10,7 @@ from lexi.kernels.paged_attention import AttentionMetadata
 from lexi.kernels.quant_weight import GEMV_MAX_M as TRITON_GEMV_MAX_M
 from lexi.model.args import ModelArgs
 from lexi.model.attention import Attention
+from lexi.model.decode_c import DecodeProgram, short_step
 from lexi.model.decode_cpu import DecodeStack, run_decode
 from lexi.model.head import OutputHead
 from lexi.model.mlp import GatedMLP
@@ -113,6 +114,8 @@ class Transformer(nn.Module):
         self.cpu_paths = device.type == "cpu" and kernels == "reference"
         # CPU decode steps run one lean loop over the layers' CPU-kernel weights (lexi/model/decode_cpu.py).
         self.decode_stack = DecodeStack.from_blocks(blocks) if self.cpu_paths else None
+        # ... and where the C kernels can, as one call for every layer (lexi/model/decode_c.py); None forces the loop.
+        self.decode_program = DecodeProgram.build(self.decode_stack, dtype)
         # The CPU kernels' own thread pool does the matmuls; torch's ops between them (attention, norms) then run on
         # the calling thread alone. Two thread teams on the same cores took them from each other for whole
         # scheduler slices (measured: Llama-3-8B decode 1.4 tok/s with torch on 2 threads, 3.0 with 1).
@@ -159,16 +162,20 @@ class Transformer(nn.Module):
         if len(kv_cache) != a.n_layers:
             raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model {a.n_layers}")
         x = self.embed(tokens).to(self.residual_dtype)
+        program = self.decode_program
+        in_c = program is not None and not self.deterministic and short_step(meta) and program.accepts(kv_cache)
         plan = StepPlan.build(
             meta,
             self.rope_global,
             self.rope_local,
-            cpu=self.cpu_paths,
+            cpu=self.cpu_paths and not in_c,  # the C step plans its own attention
             block_size=kv_cache[0][0].shape[1],
             windows=self.windows,
             deterministic=self.deterministic,
         )
-        if plan.decode is not None and self.decode_stack is not None:
+        if in_c:
+            x = program.run(x, meta, plan.rope_global, plan.rope_local, kv_cache)
+        elif plan.decode is not None and self.decode_stack is not None:
             x = run_decode(self.decode_stack, x, plan, meta.slot_mapping, kv_cache)
         else:
             for block, cache in zip(self.blocks, kv_cache, strict=True):

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "decode.h"
 #include "moe.h"
 #include "qgemm.h"
 #include "repack.h"
@@ -166,6 +167,41 @@ static PyObject *Kernels_moe(KernelsObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* A decode step's layers in one call: see decode.c. `model`: the address of a dec_model record (its layers'
+   records and every tensor they name kept alive by the caller), checked once with decode_check. */
+static PyObject *Kernels_decode_check(KernelsObject *self, PyObject *args) {
+    unsigned long long model;
+    if (!PyArg_ParseTuple(args, "K", &model)) return NULL;
+    const char *problem = decode_check_model(self->isa, (const dec_model *)(uintptr_t)model);
+    if (problem) return PyErr_Format(PyExc_ValueError, "decode: %s", problem);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Kernels_decode(KernelsObject *self, PyObject *args) {
+    unsigned long long model, x, positions, slots, query_start, tables, kv, cos_g, sin_g, cos_l, sin_l;
+    long long t, s, bt_stride, block_size, num_blocks;
+    if (!PyArg_ParseTuple(args, "KKLLKKKKLLLKKKKK", &model, &x, &t, &s, &positions, &slots, &query_start, &tables,
+                          &bt_stride, &block_size, &num_blocks, &kv, &cos_g, &sin_g, &cos_l, &sin_l))
+        return NULL;
+    const dec_model *m = (const dec_model *)(uintptr_t)model;
+    dec_step st = {.x = (float *)(uintptr_t)x, .t = t, .s = s, .positions = (const int64_t *)(uintptr_t)positions,
+                   .slots = (const int64_t *)(uintptr_t)slots, .query_start = (const int32_t *)(uintptr_t)query_start,
+                   .block_tables = (const int32_t *)(uintptr_t)tables, .bt_stride = bt_stride,
+                   .block_size = block_size, .num_blocks = num_blocks, .kv = (const int64_t *)(uintptr_t)kv,
+                   .cos_g = (const float *)(uintptr_t)cos_g, .sin_g = (const float *)(uintptr_t)sin_g,
+                   .cos_l = (const float *)(uintptr_t)cos_l, .sin_l = (const float *)(uintptr_t)sin_l};
+    const char *problem = decode_check_step(m, &st);
+    if (problem) return PyErr_Format(PyExc_ValueError, "decode: %s", problem);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    rc = decode_layers(self->pool, &self->ws, self->isa, m, &st);
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    if (rc) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyObject *Kernels_quantize(KernelsObject *self, PyObject *args) {
     unsigned long long x, q, d, g;
     long long m, k, ldx;
@@ -276,6 +312,11 @@ static PyMethodDef Kernels_methods[] = {
     {"moe", (PyCFunction)Kernels_moe, METH_VARARGS,
      "moe(table, e, x, t, d, f, k, ids, route, y, terms, act, alpha, limit, gate_bias, up_bias, down_bias): "
      "a layer's mixture-of-experts FFN, y = sum_s route * (down(act(gate x, up x)) + bias) (0 for no bias)"},
+    {"decode_check", (PyCFunction)Kernels_decode_check, METH_VARARGS,
+     "decode_check(model): ValueError naming what a dec_model record's layers cannot run"},
+    {"decode", (PyCFunction)Kernels_decode, METH_VARARGS,
+     "decode(model, x, t, s, positions, slots, query_start, block_tables, bt_stride, block_size, num_blocks, kv, "
+     "cos_g, sin_g, cos_l, sin_l): every layer of a decode step over x (t x dim float32, in place)"},
     {"quantize", (PyCFunction)Kernels_quantize, METH_VARARGS,
      "quantize(x, m, k, ldx, block, q, d, g): x's int8 values, per-block scales and int16 sums of every 16"},
     {"dequantize", (PyCFunction)Kernels_dequantize, METH_VARARGS,

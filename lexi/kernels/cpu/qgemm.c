@@ -71,6 +71,7 @@ void workspace_free(workspace *ws) {
     free(ws->scratch);
     free(ws->moe_f);
     free(ws->moe_i);
+    free(ws->dec_f);
     for (int i = 0; i < 2; i++) {
         free(ws->act[i].q);
         free(ws->act[i].d);

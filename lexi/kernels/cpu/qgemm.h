@@ -31,6 +31,8 @@ typedef struct {
     size_t moe_f_cap;
     void *moe_i; /* moe.c's sorted assignments and expert runs */
     size_t moe_i_cap;
+    float *dec_f; /* decode.c's rows between a layer's matmuls */
+    size_t dec_f_cap;
 } workspace;
 
 /* Grow *buf (64-byte aligned, contents dropped) to at least `need` bytes; 0, or -1 when out of memory. */
