@@ -27,6 +27,7 @@ setup(
                     "repack.c",
                     "moe.c",
                     "decode.c",
+                    "attn_avx2.c",
                 )
             ],
             depends=[str(p) for p in CPU.glob("*.h")],

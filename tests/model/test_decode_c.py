@@ -187,3 +187,30 @@ def test_a_record_that_does_not_fit_the_kernels_is_refused(smollm2_model):
     record[-1] = layers.ctypes.data
     with pytest.raises(ValueError, match="fill the qkv columns|rows"):
         prog.kernels.impl.decode_check(record.ctypes.data)
+
+
+def test_the_portable_loops_match_the_avx2_kernels(tmp_path, smollm2_gguf):
+    """The same step on one bfloat16 cache through the portable C (the scalar ISA: its attention loops and matmuls)
+    and through AVX2 (attn_avx2.c). The matmuls agree bit for bit across ISAs, so only attention's sum order
+    differs. A tiny llama whose weights have no interleaved layout (Q5_K, Q3_K), so the scalar kernels read them."""
+    from dataclasses import replace
+
+    from lexi.kernels.cpu_qmatmul import CpuKernels, available_isas
+
+    if "avx2" not in available_isas():
+        pytest.skip("this CPU lacks AVX2: only the portable loops run here")
+    spec = TinySpec("llama", dim=256, n_layers=2, n_heads=8, n_kv_heads=2, head_dim=32, ffn_dim=512,
+                    linear_types=(Q.Q5_K, Q.Q3_K), embed_type=Q.Q8_0)  # fmt: skip
+    path = write_tiny_gguf(tmp_path / "llama-k.gguf", spec, small_vocab(smollm2_gguf.metadata, VOCAB), seed=3)
+    model = load_model(read_gguf(path), LoadConfig())
+    assert all(w.layout == "file" for layer in model.decode_stack.layers for w in (*layer.qkv, layer.wo))
+    scalar = CpuKernels(1, isa="scalar", activations=model.decode_stack.kernels.activations)
+    portable = DecodeProgram(replace(model.decode_stack, kernels=scalar), torch.bfloat16)
+    cache, tables, cached = setup_two(model, torch.bfloat16, VOCAB)
+    new = [[700, 701, 702], [900]]
+    out = {}
+    for path_name, chosen in (("portable", portable), ("avx2", model.decode_program)):
+        copy = [(k.clone(), v.clone()) for k, v in cache]
+        with program(model, chosen):
+            out[path_name] = run_step(model, copy, tables, new, cached)
+    compare(out["portable"], out["avx2"], 2e-3, "tiny llama, portable against AVX2")

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "decode.h"
 #include "moe.h"
 
@@ -202,36 +203,13 @@ typedef struct {
     float *scratch; /* per thread: scratch_floats */
     int64_t scratch_floats, nq, group;
     const int32_t *seq_of;
+    int avx2; /* attn_avx2.c's kernels: a bfloat16 cache, head_dim a multiple of 8, at most 8 heads a KV head */
 } attn_job;
 
-static void attn_task(void *ctx, int task, int thread) {
-    const attn_job *j = ctx;
-    const dec_model *m = j->m;
-    const dec_step *s = j->s;
-    const int64_t kvh_n = m->n_kv_heads, hd = m->head_dim, g_n = j->group;
-    const int64_t row = task / kvh_n, kvh = task % kvh_n;
-    const int64_t n = s->positions[row] + 1;
-    const int64_t lo = j->l->window > 0 && n > j->l->window ? n - j->l->window : 0, len = n - lo;
-    const int32_t *table = s->block_tables + (int64_t)j->seq_of[row] * s->bt_stride;
+/* Each of the G heads' scores (g_n x len) -> its softmax weights, gpt-oss's sink joining the sum. */
+static void softmax_rows(const attn_job *j, int64_t kvh, float *sc, int64_t len) {
+    const int64_t g_n = j->group;
     const float *sinks = F32(j->l->sinks);
-    float *sc = j->scratch + (int64_t)thread * j->scratch_floats; /* g_n x len scores, then hd floats of a row */
-    float *kv_row = sc + g_n * len;
-    const float *q = j->qkv + row * j->nq + kvh * g_n * hd;
-    const int bf16 = m->cache_type == DEC_CACHE_BF16;
-    const int64_t row_elems = kvh_n * hd;
-    for (int64_t i = 0; i < len; i++) {
-        const int64_t key = lo + i;
-        const int64_t at = ((int64_t)table[key / s->block_size] * s->block_size + key % s->block_size) * row_elems
-                           + kvh * hd;
-        const float *k;
-        if (bf16) {
-            widen_bf16((const uint16_t *)j->k_cache + at, kv_row, hd);
-            k = kv_row;
-        } else {
-            k = (const float *)j->k_cache + at;
-        }
-        for (int64_t g = 0; g < g_n; g++) sc[g * len + i] = dot_f32(q + g * hd, k, hd) * (float)m->scale;
-    }
     for (int64_t g = 0; g < g_n; g++) {
         float *w = sc + g * len, top = w[0];
         for (int64_t i = 1; i < len; i++) top = w[i] > top ? w[i] : top;
@@ -242,21 +220,81 @@ static void attn_task(void *ctx, int task, int thread) {
         if (sinks) sum += expf(sink - top);
         for (int64_t i = 0; i < len; i++) w[i] /= sum;
     }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* attn_task with attn_avx2.c's kernels, a run of keys per cache block: scores, softmax, values */
+static void attn_runs_avx2(const attn_job *j, int64_t row, int64_t kvh, int64_t lo, int64_t len, float *sc,
+                           float *out) {
+    const dec_model *m = j->m;
+    const dec_step *s = j->s;
+    const int64_t hd = m->head_dim, g_n = j->group, bs = s->block_size, row_elems = m->n_kv_heads * hd;
+    const int32_t *table = s->block_tables + (int64_t)j->seq_of[row] * s->bt_stride;
+    const float *q = j->qkv + row * j->nq + kvh * g_n * hd;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t key = lo; key < lo + len;) {
+            const int64_t run = bs - key % bs < lo + len - key ? bs - key % bs : lo + len - key;
+            const int64_t at = ((int64_t)table[key / bs] * bs + key % bs) * row_elems + kvh * hd;
+            if (pass == 0)
+                attn_scores_avx2(q, g_n, hd, (const uint16_t *)j->k_cache + at, row_elems, run, (float)m->scale,
+                                 sc + (key - lo), len);
+            else
+                attn_values_avx2(sc + (key - lo), len, g_n, hd, (const uint16_t *)j->v_cache + at, row_elems, run, out);
+            key += run;
+        }
+        if (pass == 0) softmax_rows(j, kvh, sc, len);
+    }
+}
+#endif
+
+/* The portable loops: a key (or value) at a time, widened to float32 first where the cache is bfloat16. */
+static void attn_portable(const attn_job *j, int64_t row, int64_t kvh, int64_t lo, int64_t len, float *sc,
+                          float *out) {
+    const dec_model *m = j->m;
+    const dec_step *s = j->s;
+    const int64_t hd = m->head_dim, g_n = j->group, bs = s->block_size, row_elems = m->n_kv_heads * hd;
+    const int32_t *table = s->block_tables + (int64_t)j->seq_of[row] * s->bt_stride;
+    const float *q = j->qkv + row * j->nq + kvh * g_n * hd;
+    const int bf16 = m->cache_type == DEC_CACHE_BF16;
+    float *widened = sc + g_n * len; /* hd floats */
+    for (int pass = 0; pass < 2; pass++) {
+        const void *cache = pass ? j->v_cache : j->k_cache;
+        for (int64_t i = 0; i < len; i++) {
+            const int64_t key = lo + i;
+            const int64_t at = ((int64_t)table[key / bs] * bs + key % bs) * row_elems + kvh * hd;
+            const float *r = (const float *)cache + at;
+            if (bf16) {
+                widen_bf16((const uint16_t *)cache + at, widened, hd);
+                r = widened;
+            }
+            for (int64_t g = 0; g < g_n; g++) {
+                if (pass == 0)
+                    sc[g * len + i] = dot_f32(q + g * hd, r, hd) * (float)m->scale;
+                else
+                    axpy(sc[g * len + i], r, out + g * hd, hd);
+            }
+        }
+        if (pass == 0) softmax_rows(j, kvh, sc, len);
+    }
+}
+
+/* One (row, KV head): its G heads over the row's keys, the output rounded to the cache's dtype. */
+static void attn_task(void *ctx, int task, int thread) {
+    const attn_job *j = ctx;
+    const dec_model *m = j->m;
+    const int64_t hd = m->head_dim, g_n = j->group;
+    const int64_t row = task / m->n_kv_heads, kvh = task % m->n_kv_heads;
+    const int64_t n = j->s->positions[row] + 1;
+    const int64_t lo = j->l->window > 0 && n > j->l->window ? n - j->l->window : 0, len = n - lo;
+    float *sc = j->scratch + (int64_t)thread * j->scratch_floats; /* g_n x len scores (then hd floats) */
     float *out = j->att + row * m->n_heads * hd + kvh * g_n * hd;
     memset(out, 0, sizeof(float) * (size_t)(g_n * hd));
-    for (int64_t i = 0; i < len; i++) {
-        const int64_t key = lo + i;
-        const int64_t at = ((int64_t)table[key / s->block_size] * s->block_size + key % s->block_size) * row_elems
-                           + kvh * hd;
-        const float *v;
-        if (bf16) {
-            widen_bf16((const uint16_t *)j->v_cache + at, kv_row, hd);
-            v = kv_row;
-        } else {
-            v = (const float *)j->v_cache + at;
-        }
-        for (int64_t g = 0; g < g_n; g++) axpy(sc[g * len + i], v, out + g * hd, hd);
-    }
+#if defined(__x86_64__) || defined(__i386__)
+    if (j->avx2)
+        attn_runs_avx2(j, row, kvh, lo, len, sc, out);
+    else
+#endif
+        attn_portable(j, row, kvh, lo, len, sc, out);
     for (int64_t e = 0; e < g_n * hd; e++) out[e] = round_to_cache(out[e], m->cache_type);
 }
 
@@ -377,7 +415,9 @@ int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_mode
         /* attention, then the output projection */
         attn_job aj = {.m = m, .s = s, .l = l, .qkv = qkv, .k_cache = k_cache, .v_cache = v_cache, .att = att,
                        .scratch = scratch, .scratch_floats = scratch_floats, .nq = nq, .group = g_n,
-                       .seq_of = seq_of};
+                       .seq_of = seq_of,
+                       .avx2 = strcmp(isa->name, "scalar") && m->cache_type == DEC_CACHE_BF16 && hd % 8 == 0 &&
+                               g_n <= 8};
         pool_run(p, attn_task, &aj, (int)(t * kvh));
         w[0] = as_desc(&l->wo);
         if (qgemm(p, ws, isa, att, t, h * hd, h * hd, w, 1, o, d, (int)m->terms)) return -1;
