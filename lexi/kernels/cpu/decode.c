@@ -206,6 +206,13 @@ typedef struct {
     int avx2; /* attn_avx2.c's kernels: a bfloat16 cache, head_dim a multiple of 8, at most 8 heads a KV head */
 } attn_job;
 
+/* What one (row, KV head) task reads: its sequence's block table and its G heads' queries. */
+typedef struct {
+    const int32_t *table;
+    const float *q;
+    int64_t kvh;
+} attn_row;
+
 /* Each of the G heads' scores (g_n x len) -> its softmax weights, gpt-oss's sink joining the sum. */
 static void softmax_rows(const attn_job *j, int64_t kvh, float *sc, int64_t len) {
     const int64_t g_n = j->group;
@@ -224,19 +231,17 @@ static void softmax_rows(const attn_job *j, int64_t kvh, float *sc, int64_t len)
 
 #if defined(__x86_64__) || defined(__i386__)
 /* attn_task with attn_avx2.c's kernels, a run of keys per cache block: scores, softmax, values */
-static void attn_runs_avx2(const attn_job *j, int64_t row, int64_t kvh, int64_t lo, int64_t len, float *sc,
-                           float *out) {
-    const dec_model *m = j->m;
-    const dec_step *s = j->s;
-    const int64_t hd = m->head_dim, g_n = j->group, bs = s->block_size, row_elems = m->n_kv_heads * hd;
-    const int32_t *table = s->block_tables + (int64_t)j->seq_of[row] * s->bt_stride;
-    const float *q = j->qkv + row * j->nq + kvh * g_n * hd;
+static void attn_runs_avx2(const attn_job *j, const attn_row *r, int64_t lo, int64_t len, float *sc, float *out) {
+    const int64_t hd = j->m->head_dim, g_n = j->group, bs = j->s->block_size, row_elems = j->m->n_kv_heads * hd;
+    const int32_t *table = r->table;
+    const int64_t kvh = r->kvh;
+    const float *q = r->q;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t key = lo; key < lo + len;) {
             const int64_t run = bs - key % bs < lo + len - key ? bs - key % bs : lo + len - key;
             const int64_t at = ((int64_t)table[key / bs] * bs + key % bs) * row_elems + kvh * hd;
             if (pass == 0)
-                attn_scores_avx2(q, g_n, hd, (const uint16_t *)j->k_cache + at, row_elems, run, (float)m->scale,
+                attn_scores_avx2(q, g_n, hd, (const uint16_t *)j->k_cache + at, row_elems, run, (float)j->m->scale,
                                  sc + (key - lo), len);
             else
                 attn_values_avx2(sc + (key - lo), len, g_n, hd, (const uint16_t *)j->v_cache + at, row_elems, run, out);
@@ -248,13 +253,12 @@ static void attn_runs_avx2(const attn_job *j, int64_t row, int64_t kvh, int64_t 
 #endif
 
 /* The portable loops: a key (or value) at a time, widened to float32 first where the cache is bfloat16. */
-static void attn_portable(const attn_job *j, int64_t row, int64_t kvh, int64_t lo, int64_t len, float *sc,
-                          float *out) {
+static void attn_portable(const attn_job *j, const attn_row *r, int64_t lo, int64_t len, float *sc, float *out) {
     const dec_model *m = j->m;
-    const dec_step *s = j->s;
-    const int64_t hd = m->head_dim, g_n = j->group, bs = s->block_size, row_elems = m->n_kv_heads * hd;
-    const int32_t *table = s->block_tables + (int64_t)j->seq_of[row] * s->bt_stride;
-    const float *q = j->qkv + row * j->nq + kvh * g_n * hd;
+    const int64_t hd = m->head_dim, g_n = j->group, bs = j->s->block_size, row_elems = m->n_kv_heads * hd;
+    const int32_t *table = r->table;
+    const int64_t kvh = r->kvh;
+    const float *q = r->q;
     const int bf16 = m->cache_type == DEC_CACHE_BF16;
     float *widened = sc + g_n * len; /* hd floats */
     for (int pass = 0; pass < 2; pass++) {
@@ -289,12 +293,14 @@ static void attn_task(void *ctx, int task, int thread) {
     float *sc = j->scratch + (int64_t)thread * j->scratch_floats; /* g_n x len scores (then hd floats) */
     float *out = j->att + row * m->n_heads * hd + kvh * g_n * hd;
     memset(out, 0, sizeof(float) * (size_t)(g_n * hd));
+    const attn_row r = {j->s->block_tables + (int64_t)j->seq_of[row] * j->s->bt_stride,
+                        j->qkv + row * j->nq + kvh * g_n * hd, kvh};
 #if defined(__x86_64__) || defined(__i386__)
     if (j->avx2)
-        attn_runs_avx2(j, row, kvh, lo, len, sc, out);
+        attn_runs_avx2(j, &r, lo, len, sc, out);
     else
 #endif
-        attn_portable(j, row, kvh, lo, len, sc, out);
+        attn_portable(j, &r, lo, len, sc, out);
     for (int64_t e = 0; e < g_n * hd; e++) out[e] = round_to_cache(out[e], m->cache_type);
 }
 
