@@ -45,6 +45,7 @@ class ItemScan:
     commas: np.ndarray  # commas it adds to that array
     closes: np.ndarray  # it closes that array
     touches: bool  # some ok token adds a comma or closes: the count decides this step
+    opens: np.ndarray  # the commas still needed by an array it opens and leaves open (-1: it leaves none open)
 
     def allowed(self, top: Items | None) -> np.ndarray:
         """Which tokens keep the innermost open array (`top`) within its bounds."""
@@ -90,6 +91,7 @@ class ArrayMarks:
     def scan(self, start: int, ids: np.ndarray, vocab_bytes) -> ItemScan:
         m = len(ids)
         ok, commas, closes = np.ones(m, dtype=bool), np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool)
+        left_open = np.full(m, -1, dtype=np.int64)
         picked = np.nonzero(self._structural_tokens(vocab_bytes)[ids])[0]
         lengths, offsets = vocab_bytes.lengths[ids[picked]], vocab_bytes.offsets[ids[picked]]
         n = len(picked)
@@ -127,8 +129,9 @@ class ArrayMarks:
             closed[act[end & ~open_inner]] = True
             cur[act] = nxt
         ok[picked], commas[picked], closes[picked] = good, added, closed
+        left_open[picked] = np.where(inner, np.maximum(inner_low - inner_commas - 1, 0), -1)
         touches = bool(((commas > 0) | closes)[ok].any())
-        return ItemScan(ok, commas, closes, touches)
+        return ItemScan(ok, commas, closes, touches, left_open)
 
     def _structural_tokens(self, vocab_bytes) -> np.ndarray:
         """Which tokens hold a comma, a bracket or a mark byte (computed once per vocabulary)."""
