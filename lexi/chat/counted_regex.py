@@ -56,12 +56,22 @@ def exit_mark() -> str:
     return f"(?:{lit(chr(EXIT))})?"
 
 
-def counted_array(item: str, low: int, high: int | None, ws: str, comma: str) -> str:
-    """An array of `item`s, low..high of them, marked for counting (`comma` is `ws , ws`: ITEM goes after its `,`)."""
+def counted_separator(comma: str) -> str:
+    """`comma` (`ws , ws`) with ITEM right after its `,`: a comma of a counted array."""
     separator = comma.replace("\\u002C", "\\u002C" + f"(?:{lit(chr(ITEM))})?", 1)
     assert separator != comma, comma
-    body = f"{item}(?:{separator}{item})*"
-    if low == 0:
-        body = f"(?:{body})?"
+    return separator
+
+
+def counted_brackets(body: str, low: int, high: int | None, ws: str) -> str:
+    """`[ body ]` marked as a counted array of low..high items (`body`'s commas at its level: `counted_separator`)."""
     opener = f"(?:{bounds_mark(ARRAY, low, high)})?"
     return "\\u005B" + opener + ws + body + ws + "\\u005D" + f"(?:{lit(chr(ARRAY_END))})?"
+
+
+def counted_array(item: str, low: int, high: int | None, ws: str, comma: str) -> str:
+    """An array of `item`s, low..high of them, marked for counting (`comma` is `ws , ws`: ITEM goes after its `,`)."""
+    body = f"{item}(?:{counted_separator(comma)}{item})*"
+    if low == 0:
+        body = f"(?:{body})?"
+    return counted_brackets(body, low, high, ws)

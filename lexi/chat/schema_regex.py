@@ -3,10 +3,10 @@
 The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
-`not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats and a tuple's further
-items past their compile budget (`regex_cost`; string lengths and item counts past it are counted beside the
-DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth limit: there
-the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats past their compile
+budget (`regex_cost`; string lengths and item counts past it, a tuple's further items included, are counted
+beside the DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth
+limit: there the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
 constraint lets the model open any container at a hole and leaves the rest of the output free (a regex
 cannot count brackets, and writing every level out costs ~4x per level in the compiled index). The one
 narrowing follows common practice: an object that lists `properties` and says nothing about others accepts
@@ -20,7 +20,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.counted_regex import countable, counted_array, counted_json_body, exit_mark
+from lexi.chat.counted_regex import (
+    countable,
+    counted_array,
+    counted_brackets,
+    counted_json_body,
+    counted_separator,
+    exit_mark,
+)
 from lexi.chat.number_regex import NUMBER, integer_regex, number_regex
 from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
 from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
@@ -138,7 +145,8 @@ class SchemaRegex:
             prefix, items = items, schema.get("additionalItems", True)
         item = self.value(items, depth)
         if isinstance(prefix, list) and prefix:
-            return tuple_regex([self.value(element, depth) for element in prefix], item, schema, self.budget)
+            elements = [self.value(element, depth) for element in prefix]
+            return tuple_regex(elements, item, schema, self.budget, counted=not self._shared_brackets)
         low = _count(schema.get("minItems"), 0)
         high = _count(schema.get("maxItems"), None)
         if high is not None and low > high:
@@ -196,19 +204,37 @@ class SchemaRegex:
 
 
 def tuple_regex(
-    elements: list[str | None], rest: str | None, schema: Mapping[str, Any], budget: int = REPEAT_STATES
+    elements: list[str | None],
+    rest: str | None,
+    schema: Mapping[str, Any],
+    budget: int = REPEAT_STATES,
+    counted: bool = True,
 ) -> str | None:
     """A tuple (draft-07 `items` as an array, or `prefixItems`): element i is `elements[i]`, any after them
     `rest` (None: none may follow); minItems and maxItems counted, so the leading minItems are required.
 
-    Built from the end: `after` is what may follow once i elements are written (each behind a comma).
+    Built from the end: `after` is what may follow once i elements are written (each behind a comma). Items after
+    the elements are written out within the repeat budget; past it they are counted beside the automaton, the
+    whole tuple as one counted array (every comma at its level marked, so its bounds hold for all its items);
+    `counted` False (another anyOf branch's array shares the `[`): widened past the budget instead.
     """
     low, high = _count(schema.get("minItems"), 0), _count(schema.get("maxItems"), None)
     if high is not None and low > high:
         return None
     count = len(elements)
     more_low, more_high = max(low - count, 0), None if high is None else max(high - count, 0)
-    if rest is None or more_high == 0:
+    comma = COMMA
+    counting = (
+        counted
+        and rest is not None
+        and more_high != 0
+        and countable(low, high)
+        and not writes_out(COMMA + rest, more_low, more_high, budget, 16)
+    )
+    if counting:
+        comma = counted_separator(COMMA)
+        after = f"(?:{comma}{rest})*"  # the count holds minItems and maxItems
+    elif rest is None or more_high == 0:
         after = "" if more_low == 0 else None
     else:  # counted like other items: written out within the repeat budget, widened past it
         after = bounded_repeat(COMMA + rest, more_low, more_high, budget, 16)
@@ -216,12 +242,14 @@ def tuple_regex(
         if high is not None and i >= high:  # no room for element i: the array ends before it
             after = ""
             continue
-        written = None if elements[i] is None or after is None else (COMMA if i else "") + elements[i] + after
+        written = None if elements[i] is None or after is None else (comma if i else "") + elements[i] + after
         if i < low:
             after = written  # required (None: it cannot be written, so nothing satisfies the tuple)
         else:
             after = "" if written is None else f"(?:{written})?"
-    return None if after is None else "\\u005B" + WS + after + WS + "\\u005D"
+    if after is None:
+        return None
+    return counted_brackets(after, low, high, WS) if counting else "\\u005B" + WS + after + WS + "\\u005D"
 
 
 def _never_a_string(schema: Any, root: Any, depth: int = 0) -> bool:

@@ -73,6 +73,13 @@ def test_item_counts_past_the_budget_are_counted_not_widened():
         SchemaRegex(holder(FLAG, 0, 40), 10**6).regex()
     )
     assert not has_counted(SchemaRegex(holder(FLAG, 0, 8)).regex())  # written out
+    # a tuple's further items, in both spellings: counted past the budget, written out within it
+    for tuple_ in (
+        {"type": "array", "prefixItems": [DIGIT], "items": FLAG, "minItems": 20, "maxItems": 40},
+        {"type": "array", "items": [DIGIT], "additionalItems": FLAG, "maxItems": 40},
+    ):
+        assert has_counted(SchemaRegex(tuple_).regex())
+        assert not has_counted(SchemaRegex(tuple_ | {"minItems": 0, "maxItems": 3}).regex())
     assert not has_counted(SchemaRegex(holder(FLAG, 0, None)).regex())  # nothing to count
 
 
@@ -81,6 +88,22 @@ ANSWERS = [
     (holder(FLAG, 30, 30), "xs"),
     (holder(FLAG, 17, 40), "xs"),
     (holder({"enum": ["a", "bc", 7]}, 0, 30), "xs"),
+    (  # a tuple's further items: the whole tuple counted, its two elements first
+        {
+            "type": "object",
+            "properties": {
+                "xs": {
+                    "type": "array",
+                    "prefixItems": [DIGIT, {"enum": ["a", "b"]}],
+                    "items": FLAG,
+                    "minItems": 20,
+                    "maxItems": 24,
+                }
+            },
+            "required": ["xs"],
+        },
+        "xs",
+    ),
     (
         {
             "type": "array",
@@ -95,7 +118,9 @@ ANSWERS = [
 
 @pytest.mark.parametrize("walk", [budget_walk, more_walk], ids=["uniform", "more"])
 @pytest.mark.parametrize(
-    ("schema", "key"), ANSWERS, ids=["digits-60-256", "flags-30", "flags-17-40", "enums-0-30", "nested"]
+    ("schema", "key"),
+    ANSWERS,
+    ids=["digits-60-256", "flags-30", "flags-17-40", "enums-0-30", "tuple-20-24", "nested"],
 )
 def test_a_json_answer_keeps_counted_item_bounds(compiler, smollm2_tokenizer, vocab, walk, schema, key):
     plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
