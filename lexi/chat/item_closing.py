@@ -15,7 +15,9 @@ length some output reaches: from any state some token leads to a state at most o
 tokens left cover the distance, allowing only tokens whose next state is within the tokens left always closes.
 
 Where counted arrays nest, a `]` of the inner one leaves the outer at k = 0 here; the constraint adds the outer
-arrays' needs times `per_item` on top (a figure, not a guarantee, for that rare shape).
+arrays' needs times `per_item` on top (a figure, not a guarantee, for that rare shape). So it is where anyOf
+branches' arrays share a `[`: the need opens as the loosest branch's, and a comma that tells the branches apart
+may raise it (`counted_items`).
 """
 
 from __future__ import annotations

@@ -204,14 +204,58 @@ def test_items_still_needed_count_in_the_closing_distance(compiler, smollm2_toke
     assert constraint.closing_distance() <= 2  # `]}`: the minimum is met
 
 
-def test_arrays_of_two_branches_are_not_counted_but_one_array_branch_is():
-    """Two anyOf branches that may both be arrays share their `[` in the DFA: a count opened for one could never close
-    in the other, so neither is counted (widened, verified after); an array beside a null or a string still is."""
+def test_arrays_of_anyof_branches_that_share_their_bracket_are_counted():
+    """Two anyOf branches that may both be arrays share their `[` in the DFA: every array there is marked (short ones
+    too, and any value's, and literal ones), so a count opened at the shared `[` always closes."""
     ints = {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 40}
-    assert not has_counted(SchemaRegex({"anyOf": [ints, {"type": "array", "items": {"type": "string"}}]}).regex())
-    assert not has_counted(SchemaRegex({"anyOf": [ints, {}]}).regex())  # {} may be an array too
+    for other in (
+        {"type": "array", "items": {"type": "string"}},
+        {},  # {} may be an array too
+        {"const": [1, 2]},
+        {"type": "array", "prefixItems": [{"type": "string"}], "items": False},
+        {"type": "array", "maxItems": 0},
+    ):
+        regex = SchemaRegex({"anyOf": [ints, other]}).regex()
+        assert regex.count(f"\\u{ARRAY:04X}") == regex.count(f"\\u{ARRAY_END:04X}") >= 2, other  # every `[` marked
     assert has_counted(SchemaRegex({"anyOf": [ints, {"type": "null"}, {"type": "string"}]}).regex())
     assert has_counted(SchemaRegex({"type": ["array", "null"], "items": FLAG, "maxItems": 40}).regex())
+
+
+TWO_ARRAYS = {
+    "type": "object",
+    "properties": {
+        "xs": {
+            "anyOf": [
+                {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 24},
+                {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 2, "maxItems": 3},
+                {"type": "null"},
+            ]
+        }
+    },
+    "required": ["xs"],
+}
+
+
+@pytest.mark.parametrize("walk", [budget_walk, more_walk], ids=["uniform", "more"])
+def test_arrays_of_two_branches_keep_their_own_bounds(compiler, smollm2_tokenizer, vocab, walk):
+    """The count opens with the loosest bounds of the two branches (2..24) and takes the branch's own at its first
+    comma, where the items have told them apart: flags 20..24, letters 2..3."""
+    plan = plan_output(None, "json", ResponseFormat("json_schema", TWO_ARRAYS, "answer"), None)
+    counts = {"flags": [], "letters": []}
+    for seed in range(8):
+        constraint = asyncio.run(compiler.constraint(plan))
+        start = smollm2_tokenizer.encode('{"xs": [{' if seed % 2 else '{"xs": ["')  # each branch, half the walks
+        for token in start:
+            constraint.advance(token)
+        ids, ended = walk(constraint, vocab, smollm2_tokenizer.vocab_size, 800, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)[-200:]
+        value = json.loads(smollm2_tokenizer.decode(start + ids))
+        jsonschema.validate(value, TWO_ARRAYS)
+        counts["flags" if seed % 2 else "letters"].append(len(value["xs"]))
+    if walk is more_walk:  # only the maximum stops it
+        assert set(counts["flags"]) == {24} and set(counts["letters"]) == {3}, counts
+    else:  # a uniform walk ends arrays early: the minimum holds them
+        assert min(counts["flags"]) <= 23 and min(counts["letters"]) == 2, counts
 
 
 COLOURS = {"enum": ["red", "green", "blue"]}

@@ -184,6 +184,38 @@ def test_draft07_tuple_items_are_taken_and_enforced(client):
     assert all(len(v) == 2 for v in values)
 
 
+SPLIT = {  # anyOf of two arrays (their `[` shared) and a tuple with further items, each past the repeat budget
+    "type": "object",
+    "properties": {
+        "marks": {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 18},
+                {"type": "array", "items": {"enum": ["x", "o"]}, "minItems": 2, "maxItems": 40},
+            ]
+        },
+        "row": {
+            "type": "array",
+            "prefixItems": [{"enum": ["north", "south"]}],
+            "items": {"type": "boolean"},
+            "minItems": 17,
+            "maxItems": 20,
+        },
+    },
+    "required": ["marks", "row"],
+}
+
+
+def test_arrays_of_anyof_branches_and_tuple_tails_keep_their_bounds(client):
+    """Bounds once widened (anyOf branches that are both arrays; a tuple's further items) hold at temperature 1."""
+    reply = client.chat.completions.create(
+        model="fields", messages=user("Fill in the board and the row."), max_tokens=400, temperature=1.0, seed=4,
+        n=4, response_format={"type": "json_schema", "json_schema": {"name": "board", "schema": SPLIT}},
+    )  # fmt: skip
+    assert all(c.finish_reason == "stop" for c in reply.choices), reply
+    for value in answers(reply):
+        jsonschema.validate(value, SPLIT)
+
+
 def test_responses_text_format_without_a_name(client):
     reply = client.responses.create(
         model="fields", input="Name a colour.", max_output_tokens=20,
