@@ -17,42 +17,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from outlines_core import Guide, Index
+from outlines_core import Guide
 
-from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable
+from lexi.chat.compiled_index import CompiledIndex
+from lexi.chat.constraint_budget import UNREACHABLE
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_items import Items
-from lexi.chat.counted_strings import CountedStrings, Run
+from lexi.chat.counted_strings import Run
 from lexi.chat.mask_bits import among, bit, clear_bits, or_bits, set_bits
 from lexi.chat.thought_budget import ForcedCloser, ThoughtWatch
 from lexi.held_back import held_back_length
 
 MAX_ROLLBACK = 64  # tokens a snapshot may be walked past and rolled back (--spec-max's largest draft)
-
-
-class CompiledIndex:
-    """An outlines-core Index, a serial number that keys its masks, which of its states end the output, and how
-    far each state is from the end (its closing table)."""
-
-    __slots__ = ("index", "serial", "closing", "counted", "_terminal")
-
-    def __init__(
-        self, index: Index, serial: tuple[int, int], closing: ClosingTable, counted: CountedStrings | None = None
-    ) -> None:
-        self.index = index
-        self.serial = serial
-        self.closing = closing
-        self.counted = counted  # the byte-level view of its counted strings (None: it has none)
-        self._terminal: dict[int, bool] = {}
-
-    def terminal(self, state: int, eos_id: int) -> bool:
-        """An accepting state from which nothing but the end of output may follow (computed once per state)."""
-        found = self._terminal.get(state)
-        if found is None:
-            found = self.index.is_final_state(state) and set(self.index.get_allowed_tokens(state) or []) <= {eos_id}
-            self._terminal[state] = found
-        return found
 
 
 class TurnConstraint:
@@ -119,7 +96,7 @@ class TurnConstraint:
             if phase.may_end:
                 return 0
             return self._vocab.marker_cost(phase.marker.encode())[self._held(phase.marker.encode())] + self._next_cost
-        here = self._compiled.closing.distance(self._guide.get_state()) + self._pending_min + self._next_cost
+        here = self._compiled.distance(self._guide.get_state(), self._need) + self._pending_min + self._next_cost
         return min(1, here) if not self._started and phase.may_end_first else here
 
     def mask_key(self) -> tuple | None:
@@ -239,23 +216,30 @@ class TurnConstraint:
         if self._left is None:
             return None
         state = self._guide.get_state()
-        closing = self._compiled.closing
+        compiled = self._compiled
         # the next state must be this near the end of the phase (and of a counted string's minimum length)
         limit = self._left - 1 - self._next_cost - self._pending_min
-        if closing.worst(state) <= limit:
+        if compiled.free(state, self._need, limit):
             return None
         optional = not self._started and self._current.may_end_first
-        if limit < closing.distance(state) - 1 and not optional:
+        if limit < compiled.distance(state, self._need) - 1 and not optional:
             return None
         return max(limit, -1)
 
     @property
     def _pending_min(self) -> int:
-        """Tokens the open counted string and arrays still need before they may close: a token each character still
-        needed, at worst, and each item still needed the fewest an item can take."""
-        if not self._items:
+        """Tokens the open counted string and outer arrays still need before they may close, beyond the distance
+        (which counts the innermost array's items): a token each character still needed, at worst, and for each
+        array around the innermost one, what an item adds at most (`ItemClosing`: a figure where arrays nest)."""
+        if len(self._items) < 2:
             return self._pending_chars
-        return self._pending_chars + sum(items.pending() for items in self._items) * self._compiled.counted.item_tokens
+        outer = sum(items.pending() for items in self._items[:-1])
+        return self._pending_chars + outer * self._compiled.items.per_item
+
+    @property
+    def _need(self) -> int:
+        """Commas the innermost counted array open still needs before its `]`."""
+        return self._items[-1].pending() if self._items else 0
 
     @property
     def _pending_chars(self) -> int:
@@ -278,10 +262,11 @@ class TurnConstraint:
         return self._items[-1] if self._items else None
 
     def _counted_narrows(self) -> bool:
-        """Whether the counted strings and arrays take anything from this step's guide mask (never without them)."""
+        """Whether the counted strings and arrays take anything from this step's guide mask (never without them);
+        near the budget, always where arrays are counted: their distances are not the closing table's."""
         if self._compiled.counted is None:
             return False
-        if self._run is not None:
+        if self._run is not None or (self._compiled.items is not None and self._guided_limit() is not None):
             return True
         scan = self._counted_scan()
         return scan.narrows or (bool(self._items) and scan.items is not None and scan.items.touches)
@@ -293,8 +278,11 @@ class TurnConstraint:
         progress = limit is not None and self._pending_chars > 0
         keep = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
         if limit is not None and not progress:
-            # near the budget: tokens whose next state still closes in time, a comma saving an item still needed
-            near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit + self._item_slack(scan)
+            # near the budget: tokens whose next state still closes in time (items still needed counted)
+            if self._compiled.items is None:
+                near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit
+            else:
+                near = self._compiled.items.next_distances(state, self._need) <= limit
             keep = keep & near if (keep & near).any() else keep
         set_bits(row, scan.ids[keep])
         hole = self._vocab.hole_id
@@ -304,12 +292,6 @@ class TurnConstraint:
             or_bits(row, openers[~among(openers, scan.ids)])
         if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
             or_bits(row, self._vocab.eog_ids)
-
-    def _item_slack(self, scan) -> np.ndarray | int:
-        top = self._top
-        if top is None or scan.items is None or not top.pending():
-            return 0
-        return np.minimum(scan.items.commas, top.pending()) * self._compiled.counted.item_tokens
 
     def _forced_closer(self) -> ForcedCloser | None:
         """The thought's closer, when its budget leaves no room for another free token; where the thought must
@@ -358,7 +340,7 @@ class TurnConstraint:
                 after[i] = 0 if phase.may_end else min(need, UNREACHABLE)
                 continue
             compiled = self._indexes[phase.regex]
-            need = min(compiled.closing.distance(compiled.index.get_initial_state()) + after[i + 1], UNREACHABLE)
+            need = min(compiled.distance(compiled.index.get_initial_state()) + after[i + 1], UNREACHABLE)
             after[i] = min(1, need) if phase.may_end_first else need
         return after
 

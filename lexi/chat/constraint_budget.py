@@ -21,7 +21,7 @@ UNREACHABLE = 1 << 30  # a state from which the phase cannot end
 class ClosingTable:
     """Token distances to the end of one compiled regex's phase, per state and per allowed token."""
 
-    __slots__ = ("_row", "_distance", "_worst", "_tokens", "_next", "_final", "_edges")
+    __slots__ = ("_row", "_distance", "_worst", "_tokens", "_next", "_rows", "_final", "_edges", "ends")
 
     def __init__(self, index: Index, eos_id: int) -> None:
         transitions = index.get_transitions()
@@ -38,6 +38,7 @@ class ClosingTable:
         distance = np.full(len(states), UNREACHABLE, dtype=np.int64)
         for s in final:
             distance[row[s]] = 0 if len(tokens[row[s]]) == 0 else 1
+        self.ends = distance.copy()  # the distance of the states that end the phase (UNREACHABLE elsewhere)
         src = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t in enumerate(targets)])
         dst = np.concatenate(targets)
         pairs = np.unique(src * len(states) + dst)  # one edge per pair of states: tokens collapse
@@ -46,12 +47,13 @@ class ClosingTable:
         self._row = row
         self._distance = distance
         self._final = {row[s] for s in final}
-        self._tokens, self._next, worst = [], [], np.zeros(len(states), dtype=np.int64)
+        self._tokens, self._next, self._rows, worst = [], [], [], np.zeros(len(states), dtype=np.int64)
         for i, (ids, to) in enumerate(zip(tokens, targets, strict=True)):
             after = distance[to]
             order = np.argsort(after, kind="stable")
             self._tokens.append(ids[order].astype(np.int32))
             self._next.append(after[order])
+            self._rows.append(to[order].astype(np.int32))
             worst[i] = after.max() if len(after) else 0
         self._worst = worst
 
@@ -65,21 +67,6 @@ class ClosingTable:
                 return distance
             distance = relaxed
 
-    def shortest_cycle(self, states) -> int:
-        """The fewest tokens that lead from one of `states` back to itself (UNREACHABLE: none do); for the states after
-        a counted array's commas, what one more item costs at the least."""
-        src, dst = self._edges
-        best = UNREACHABLE
-        for state in states:
-            i = self._row.get(int(state))
-            if i is None:
-                continue
-            to_it = np.full(len(self._distance), UNREACHABLE, dtype=np.int64)
-            to_it[i] = 0
-            to_it = self._relax(to_it)
-            best = min(best, int(to_it[dst[src == i]].min(initial=UNREACHABLE - 1)) + 1)
-        return best
-
     def tokens(self, state: int) -> np.ndarray:
         """Every token allowed at `state` but the end of output (nearest the end first)."""
         return self._tokens[self._row[state]]
@@ -87,6 +74,14 @@ class ClosingTable:
     def next_distances(self, state: int) -> np.ndarray:
         """For each of `tokens(state)`, how far its next state is from the end."""
         return self._next[self._row[state]]
+
+    def row(self, state: int) -> int:
+        """The state's row in the table's arrays (`ends`, `next_rows`)."""
+        return self._row[state]
+
+    def next_rows(self, state: int) -> np.ndarray:
+        """For each of `tokens(state)`, the row of its next state."""
+        return self._rows[self._row[state]]
 
     def distance(self, state: int) -> int:
         """Fewest tokens from `state` to the end of the phase."""

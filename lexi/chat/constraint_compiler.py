@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 from outlines_core import Index
 
-from lexi.chat.constraint import CompiledIndex, TurnConstraint
+from lexi.chat.compiled_index import CompiledIndex
+from lexi.chat.constraint import TurnConstraint
 from lexi.chat.constraint_budget import ClosingTable
 from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_strings import CountedStrings, has_counted
+from lexi.chat.item_closing import ItemClosing
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +109,26 @@ class ConstraintCompiler:
         tokens = closing.tokens(state)
         return tokens[self.vocab.text_among(tokens)].astype("int64")
 
+    def _item_closing(self, built: Index, closing: ClosingTable, counted: CountedStrings) -> ItemClosing:
+        """Closing distances that count the items counted arrays still need (every state's tokens walked once)."""
+        states = sorted(set(built.get_transitions()) | set(built.get_final_states()) | {built.get_initial_state()})
+        bytes_ = self.vocab.all_token_bytes
+
+        def scan(state: int):
+            return counted.arrays.scan(counted.row(state), self._scanned(closing, state), bytes_)
+
+        return ItemClosing(closing, states, scan, counted.most_needed())
+
     def _compile(self, regex: str) -> CompiledIndex:
         started = time.perf_counter()
         try:
             built = Index(regex, self.vocab.outlines)
             closing = ClosingTable(built, self.vocab.eos_id)
             counted = CountedStrings(regex) if has_counted(regex) else None
+            items = None
             if counted is not None:
                 if counted.arrays.present:
-                    counted.item_tokens = closing.shortest_cycle(counted.item_states())
+                    items = self._item_closing(built, closing, counted)
                 counted.warm(lambda state: self._scanned(closing, state), self.vocab.all_token_bytes)
         except Exception as exc:  # outlines-core raises plain errors for regexes it cannot take
             with self._lock:
@@ -126,7 +139,7 @@ class ConstraintCompiler:
             del self.compile_seconds[:-256]
             self._running.pop(regex, None)
             self._serial += 1  # never reused, even after eviction
-            index = self._cache[regex] = CompiledIndex(built, (self._namespace, self._serial), closing, counted)
+            index = self._cache[regex] = CompiledIndex(built, (self._namespace, self._serial), closing, counted, items)
             while len(self._cache) > self.config.cache_size:
                 self._cache.popitem(last=False)
         return index

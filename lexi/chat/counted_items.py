@@ -1,11 +1,19 @@
 """Counting the items of arrays too long to write out, beside a constraint's DFA (the marks: `counted_regex`).
 
 Per DFA state, from the byte-level table that `counted_strings` builds: the bounds of the counted array whose `[`
-it follows (ARRAY), whether it follows one of a counted array's commas (ITEM), and whether it follows a counted
-array's `]` (ARRAY_END). A walk keeps a stack of the counted arrays open, innermost last, each with the commas
-written at its own level (an inner array's commas carry no mark unless it is counted too, and then they count on
-its own entry). An array of k commas holds k + 1 items when it holds any (one whose minimum is 1 or more cannot be
-empty in the regex), so a comma is allowed while k + 2 <= max, and the `]` once k + 1 >= min.
+it follows (ARRAY), whether it follows one of a counted array's commas and the bounds that comma names (ITEM), and
+whether it follows a counted array's `]` (ARRAY_END). A walk keeps a stack of the counted arrays open, innermost
+last, each with the commas written at its own level (an inner array's commas carry no mark unless it is counted
+too, and then they count on its own entry). An array of k commas holds k + 1 items when it holds any (one whose
+minimum is 1 or more cannot be empty in the regex), so a comma is allowed while k + 2 <= max, and the `]` once
+k + 1 >= min.
+
+Where anyOf branches' arrays share a `[`, every array there is marked (`schema_regex`): the count opens with the
+loosest bounds of those branches, and each comma names the loosest of the branches the items so far still fit, so
+once the items tell the branches apart, the bounds are the branch's own. A token is checked against the bounds
+before it, never tighter than the true ones. Where the items cannot tell the branches apart (`anyOf` of two arrays
+of integers, `minItems: 20` or `maxItems: 5`), the counts allowed are not one range and the loosest is kept:
+widened, as nothing beside the automaton knows which branch is meant.
 
 A state's tokens are scanned once: those holding a comma or a bracket are walked byte by byte (no other token can
 touch a count), giving what each does to the innermost array open before it (commas added, closed or not). A token
@@ -45,6 +53,7 @@ class ItemScan:
     commas: np.ndarray  # commas it adds to that array
     closes: np.ndarray  # it closes that array
     touches: bool  # some ok token adds a comma or closes: the count decides this step
+    opens: np.ndarray  # the commas still needed by an array it opens and leaves open (-1: it leaves none open)
 
     def allowed(self, top: Items | None) -> np.ndarray:
         """Which tokens keep the innermost open array (`top`) within its bounds."""
@@ -73,6 +82,7 @@ class ArrayMarks:
         self.low, self.high = read(ARRAY)
         self.opens = self.low >= 0
         self.item, self.end = _single(table, ITEM), _single(table, ARRAY_END)
+        self.item_low, self.item_high = read(ITEM)  # the bounds a comma names (anyOf branches told apart by then)
         self.present = bool(self.opens.any())
         self._structural: tuple[int, np.ndarray] | None = None
 
@@ -81,8 +91,10 @@ class ArrayMarks:
         if self.opens[nxt]:
             return (*items, Items(int(self.low[nxt]), int(self.high[nxt])))
         if self.item[nxt] and items:
-            top = items[-1]
-            return (*items[:-1], Items(top.low, top.high, top.commas + 1))
+            top, low, high = items[-1], int(self.item_low[nxt]), int(self.item_high[nxt])
+            if low < 0:  # bounds not read (more anyOf paths than a mark is read along): the ones it opened with
+                low, high = top.low, top.high
+            return (*items[:-1], Items(low, high, top.commas + 1))
         if self.end[nxt] and items:
             return items[:-1]
         return items
@@ -90,6 +102,7 @@ class ArrayMarks:
     def scan(self, start: int, ids: np.ndarray, vocab_bytes) -> ItemScan:
         m = len(ids)
         ok, commas, closes = np.ones(m, dtype=bool), np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool)
+        left_open = np.full(m, -1, dtype=np.int64)
         picked = np.nonzero(self._structural_tokens(vocab_bytes)[ids])[0]
         lengths, offsets = vocab_bytes.lengths[ids[picked]], vocab_bytes.offsets[ids[picked]]
         n = len(picked)
@@ -127,8 +140,9 @@ class ArrayMarks:
             closed[act[end & ~open_inner]] = True
             cur[act] = nxt
         ok[picked], commas[picked], closes[picked] = good, added, closed
+        left_open[picked] = np.where(inner, np.maximum(inner_low - inner_commas - 1, 0), -1)
         touches = bool(((commas > 0) | closes)[ok].any())
-        return ItemScan(ok, commas, closes, touches)
+        return ItemScan(ok, commas, closes, touches, left_open)
 
     def _structural_tokens(self, vocab_bytes) -> np.ndarray:
         """Which tokens hold a comma, a bracket or a mark byte (computed once per vocabulary)."""

@@ -11,7 +11,7 @@ nothing a schema accepts is narrowed:
 - after either string's closer (the quote, `\\n</parameter>`), EXIT, where only JSON punctuation or a
   newline may follow.
 Item counts of an array too long to write out are marked the same way (`counted_items` counts them):
-ARRAY + min + max right after its `[`, ITEM right after each of its commas, ARRAY_END after its `]`.
+ARRAY + min + max right after its `[`, ITEM + min + max right after each of its commas, ARRAY_END after its `]`.
 min and max are written as four digits each, the digits being the control characters U+0010..U+001F.
 A model never writes a mark (the constraint masks them out); they only let `counted_strings` read, from
 the DFA's own states, where a counted string begins, which bounds it has and where it ends.
@@ -56,12 +56,24 @@ def exit_mark() -> str:
     return f"(?:{lit(chr(EXIT))})?"
 
 
-def counted_array(item: str, low: int, high: int | None, ws: str, comma: str) -> str:
-    """An array of `item`s, low..high of them, marked for counting (`comma` is `ws , ws`: ITEM goes after its `,`)."""
-    separator = comma.replace("\\u002C", "\\u002C" + f"(?:{lit(chr(ITEM))})?", 1)
+def counted_separator(comma: str, low: int, high: int | None) -> str:
+    """`comma` (`ws , ws`) with ITEM + the array's bounds right after its `,`: a comma of a counted array. Where two
+    anyOf branches' arrays share their `[`, the count opens with the loosest bounds of the two; a comma once the
+    items tell the branches apart names the bounds of the one still possible."""
+    separator = comma.replace("\\u002C", "\\u002C" + f"(?:{bounds_mark(ITEM, low, high)})?", 1)
     assert separator != comma, comma
-    body = f"{item}(?:{separator}{item})*"
-    if low == 0:
-        body = f"(?:{body})?"
+    return separator
+
+
+def counted_brackets(body: str, low: int, high: int | None, ws: str) -> str:
+    """`[ body ]` marked as a counted array of low..high items (`body`'s commas at its level: `counted_separator`)."""
     opener = f"(?:{bounds_mark(ARRAY, low, high)})?"
     return "\\u005B" + opener + ws + body + ws + "\\u005D" + f"(?:{lit(chr(ARRAY_END))})?"
+
+
+def counted_array(item: str, low: int, high: int | None, ws: str, comma: str) -> str:
+    """An array of `item`s, low..high of them, marked for counting (`comma` is `ws , ws`: ITEM goes after its `,`)."""
+    body = f"{item}(?:{counted_separator(comma, low, high)}{item})*"
+    if low == 0:
+        body = f"(?:{body})?"
+    return counted_brackets(body, low, high, ws)

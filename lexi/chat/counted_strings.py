@@ -101,14 +101,17 @@ class CountedStrings:
         self.exit = (after_exit >= 0) & (table[np.maximum(after_exit, 0), EXIT] < 0)
         self.distance = self._distances()
         self.arrays = ArrayMarks(table, self._read)
-        self.item_tokens = 1  # the fewest tokens one more item of a counted array takes (the compiler sets it)
         self._states = np.array(states, dtype=np.int64)
         self._scans: dict[tuple, StateScan] = {}
         self._lock = threading.Lock()
 
-    def item_states(self) -> np.ndarray:
-        """The DFA states right after a counted array's comma."""
-        return self._states[self.arrays.item]
+    def row(self, state: int) -> int:
+        """The state's row in the byte-level table."""
+        return self._row[state]
+
+    def most_needed(self) -> int:
+        """The most commas a counted array of this regex needs before its `]` (its minimum less one)."""
+        return max(int(self.arrays.low.max(initial=0)) - 1, 0)
 
     def _read(self, kind: int) -> tuple[np.ndarray, np.ndarray]:
         """Per state, the bounds a `kind` mark it accepts names (-1: none); several (a state of two anyOf

@@ -3,10 +3,10 @@
 The rule (the spec's Schemas section): what the regex cannot enforce is widened to the nearest thing
 it can, never narrowed, so every value the schema accepts keeps a serialization the regex matches
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
-`not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats and a tuple's further
-items past their compile budget (`regex_cost`; string lengths and item counts past it are counted beside the
-DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth limit: there
-the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
+`not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats past their compile
+budget (`regex_cost`; string lengths and item counts past it, a tuple's further items included, are counted
+beside the DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth
+limit: there the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
 constraint lets the model open any container at a hole and leaves the rest of the output free (a regex
 cannot count brackets, and writing every level out costs ~4x per level in the compiled index). The one
 narrowing follows common practice: an object that lists `properties` and says nothing about others accepts
@@ -20,7 +20,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.counted_regex import countable, counted_array, counted_json_body, exit_mark
+from lexi.chat.counted_regex import (
+    UNBOUNDED,
+    countable,
+    counted_array,
+    counted_brackets,
+    counted_json_body,
+    counted_separator,
+    exit_mark,
+)
 from lexi.chat.number_regex import NUMBER, integer_regex, number_regex
 from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
 from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
@@ -45,7 +53,7 @@ class SchemaRegex:
     def __init__(self, root: Mapping[str, Any] | bool, budget: int = REPEAT_STATES) -> None:
         self.root = root
         self.budget = budget  # DFA states a counted repeat may add before it is widened (see regex_cost)
-        self._shared_brackets = 0  # inside anyOf branches of which two may be arrays: no item counts (see array_regex)
+        self._shared_brackets = 0  # inside anyOf branches of which two may be arrays: every array marked (array_regex)
         # A raw quote byte inside a string-rooted answer would restart the match in the unanchored DFA that
         # outlines-core also builds, and counted string characters then cost exponential compile time
         # (Gemma: 1.5 s for a 10-character bound, 286 s for 20). Such answers write a quote as \u0022: the
@@ -86,9 +94,9 @@ class SchemaRegex:
             finally:
                 self._shared_brackets -= shared
         if "const" in schema:
-            return value_literal(schema["const"])
+            return value_literal(schema["const"], self._shared_brackets > 0)
         if isinstance(schema.get("enum"), list):
-            return alt(value_literal(v) for v in schema["enum"])
+            return alt(value_literal(v, self._shared_brackets > 0) for v in schema["enum"])
         kinds = schema.get("type", list(TYPES))
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if "integer" in kinds and "number" in kinds:
@@ -138,20 +146,24 @@ class SchemaRegex:
             prefix, items = items, schema.get("additionalItems", True)
         item = self.value(items, depth)
         if isinstance(prefix, list) and prefix:
-            return tuple_regex([self.value(element, depth) for element in prefix], item, schema, self.budget)
+            elements = [self.value(element, depth) for element in prefix]
+            return tuple_regex(elements, item, schema, self.budget, marked=self._shared_brackets > 0)
         low = _count(schema.get("minItems"), 0)
         high = _count(schema.get("maxItems"), None)
         if high is not None and low > high:
             return None
         if item is None or high == 0:
-            return "\\u005B" + WS + "\\u005D" if low == 0 else None
+            if low > 0:
+                return None
+            return counted_brackets("", 0, 0, WS) if self._shared_brackets else "\\u005B" + WS + "\\u005D"
         # counted copies of the item cost its states each, as string characters do; past the budget, the items are
         # counted beside the automaton (counted_regex, counted_items)
         more_low, more_high = max(low - 1, 0), None if high is None else high - 1
-        # (not where another branch's array shares the `[`: the DFA would merge them, and a count opened for one
-        # could never close in the other)
-        counted = not self._shared_brackets and countable(low, high)
-        if counted and not writes_out(COMMA + item, more_low, more_high, self.budget, 16):
+        # Where another anyOf branch's array shares the `[`, the DFA merges them: every array there is marked, even
+        # a short one, so a count opened at the shared `[` always closes (bounds past what marks name: widened)
+        if self._shared_brackets:
+            return counted_array(item, *_nameable(low, high), WS, COMMA)
+        if countable(low, high) and not writes_out(COMMA + item, more_low, more_high, self.budget, 16):
             return counted_array(item, low, high, WS, COMMA)
         more = bounded_repeat(COMMA + item, more_low, more_high, self.budget, 16)
         body = item + more
@@ -189,26 +201,48 @@ class SchemaRegex:
         if levels <= 0:
             return alt([*scalars, HOLE])
         inner = self.any_value(levels - 1)
-        array = "\\u005B" + WS + f"(?:{inner}{repeat(COMMA + inner, 0, None)})?" + WS + "\\u005D"
+        if self._shared_brackets:  # marked, as every array where anyOf branches' arrays share a `[`
+            array = counted_brackets(
+                f"(?:{inner}{repeat(counted_separator(COMMA, 0, None) + inner, 0, None)})?", 0, None, WS
+            )
+        else:
+            array = "\\u005B" + WS + f"(?:{inner}{repeat(COMMA + inner, 0, None)})?" + WS + "\\u005D"
         pair = self.string + COLON + inner
         obj = "\\u007B" + WS + f"(?:{pair}{repeat(COMMA + pair, 0, None)})?" + WS + "\\u007D"
         return alt([*scalars, array, obj])
 
 
 def tuple_regex(
-    elements: list[str | None], rest: str | None, schema: Mapping[str, Any], budget: int = REPEAT_STATES
+    elements: list[str | None],
+    rest: str | None,
+    schema: Mapping[str, Any],
+    budget: int = REPEAT_STATES,
+    marked: bool = False,
 ) -> str | None:
     """A tuple (draft-07 `items` as an array, or `prefixItems`): element i is `elements[i]`, any after them
     `rest` (None: none may follow); minItems and maxItems counted, so the leading minItems are required.
 
-    Built from the end: `after` is what may follow once i elements are written (each behind a comma).
+    Built from the end: `after` is what may follow once i elements are written (each behind a comma). Items after
+    the elements are written out within the repeat budget; past it they are counted beside the automaton, the
+    whole tuple as one counted array (every comma at its level marked, so its bounds hold for all its items).
+    `marked` (another anyOf branch's array shares the `[`): marked as counted whatever its size.
     """
     low, high = _count(schema.get("minItems"), 0), _count(schema.get("maxItems"), None)
     if high is not None and low > high:
         return None
     count = len(elements)
     more_low, more_high = max(low - count, 0), None if high is None else max(high - count, 0)
-    if rest is None or more_high == 0:
+    counting = (
+        rest is not None
+        and more_high != 0
+        and (marked or countable(low, high) and not writes_out(COMMA + rest, more_low, more_high, budget, 16))
+    )
+    if marked or counting:
+        low, high = _nameable(low, high)
+    comma = counted_separator(COMMA, low, high) if marked or counting else COMMA
+    if counting:
+        after = f"(?:{comma}{rest})*"  # the count holds minItems and maxItems
+    elif rest is None or more_high == 0:
         after = "" if more_low == 0 else None
     else:  # counted like other items: written out within the repeat budget, widened past it
         after = bounded_repeat(COMMA + rest, more_low, more_high, budget, 16)
@@ -216,12 +250,14 @@ def tuple_regex(
         if high is not None and i >= high:  # no room for element i: the array ends before it
             after = ""
             continue
-        written = None if elements[i] is None or after is None else (COMMA if i else "") + elements[i] + after
+        written = None if elements[i] is None or after is None else (comma if i else "") + elements[i] + after
         if i < low:
             after = written  # required (None: it cannot be written, so nothing satisfies the tuple)
         else:
             after = "" if written is None else f"(?:{written})?"
-    return None if after is None else "\\u005B" + WS + after + WS + "\\u005D"
+    if after is None:
+        return None
+    return counted_brackets(after, low, high, WS) if marked or counting else "\\u005B" + WS + after + WS + "\\u005D"
 
 
 def _never_a_string(schema: Any, root: Any, depth: int = 0) -> bool:
@@ -284,14 +320,23 @@ def _members(pairs: list[tuple[str, bool]], extra: str | None) -> str:
     return first
 
 
-def value_literal(value: Any) -> str:
-    """One JSON value exactly, with the same optional spaces as everywhere else in the output."""
+def value_literal(value: Any, marked: bool = False) -> str:
+    """One JSON value exactly, with the same optional spaces as everywhere else in the output; `marked`: its arrays
+    carry counted-array marks (where anyOf branches' arrays share a `[`, see SchemaRegex.array_regex)."""
     if isinstance(value, dict):
-        pairs = COMMA.join(literal(_dump(k)) + COLON + value_literal(v) for k, v in value.items())
+        pairs = COMMA.join(literal(_dump(k)) + COLON + value_literal(v, marked) for k, v in value.items())
         return "\\u007B" + WS + pairs + WS + "\\u007D"
     if isinstance(value, list):
+        if marked:
+            comma = counted_separator(COMMA, len(value), len(value))
+            return counted_brackets(comma.join(value_literal(v, True) for v in value), len(value), len(value), WS)
         return "\\u005B" + WS + COMMA.join(value_literal(v) for v in value) + WS + "\\u005D"
     return literal(_dump(value))
+
+
+def _nameable(low: int, high: int | None) -> tuple[int, int | None]:
+    """Item bounds the marks can name: past them, widened (no output of a real budget reaches them)."""
+    return min(low, UNBOUNDED - 1), None if high is None or high >= UNBOUNDED else high
 
 
 def _merge(schemas: list[Any]) -> Any:

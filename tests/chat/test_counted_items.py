@@ -18,6 +18,7 @@ import pytest
 from test_constraint import allowed_ids
 from test_constraint_budget import budget_walk
 
+from lexi.chat.constraint_budget import fewest_tokens
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.counted_regex import ARRAY, ARRAY_END, ITEM
 from lexi.chat.counted_strings import has_counted
@@ -72,6 +73,13 @@ def test_item_counts_past_the_budget_are_counted_not_widened():
         SchemaRegex(holder(FLAG, 0, 40), 10**6).regex()
     )
     assert not has_counted(SchemaRegex(holder(FLAG, 0, 8)).regex())  # written out
+    # a tuple's further items, in both spellings: counted past the budget, written out within it
+    for tuple_ in (
+        {"type": "array", "prefixItems": [DIGIT], "items": FLAG, "minItems": 20, "maxItems": 40},
+        {"type": "array", "items": [DIGIT], "additionalItems": FLAG, "maxItems": 40},
+    ):
+        assert has_counted(SchemaRegex(tuple_).regex())
+        assert not has_counted(SchemaRegex(tuple_ | {"minItems": 0, "maxItems": 3}).regex())
     assert not has_counted(SchemaRegex(holder(FLAG, 0, None)).regex())  # nothing to count
 
 
@@ -80,6 +88,22 @@ ANSWERS = [
     (holder(FLAG, 30, 30), "xs"),
     (holder(FLAG, 17, 40), "xs"),
     (holder({"enum": ["a", "bc", 7]}, 0, 30), "xs"),
+    (  # a tuple's further items: the whole tuple counted, its two elements first
+        {
+            "type": "object",
+            "properties": {
+                "xs": {
+                    "type": "array",
+                    "prefixItems": [DIGIT, {"enum": ["a", "b"]}],
+                    "items": FLAG,
+                    "minItems": 20,
+                    "maxItems": 24,
+                }
+            },
+            "required": ["xs"],
+        },
+        "xs",
+    ),
     (
         {
             "type": "array",
@@ -94,7 +118,9 @@ ANSWERS = [
 
 @pytest.mark.parametrize("walk", [budget_walk, more_walk], ids=["uniform", "more"])
 @pytest.mark.parametrize(
-    ("schema", "key"), ANSWERS, ids=["digits-60-256", "flags-30", "flags-17-40", "enums-0-30", "nested"]
+    ("schema", "key"),
+    ANSWERS,
+    ids=["digits-60-256", "flags-30", "flags-17-40", "enums-0-30", "tuple-20-24", "nested"],
 )
 def test_a_json_answer_keeps_counted_item_bounds(compiler, smollm2_tokenizer, vocab, walk, schema, key):
     plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
@@ -158,27 +184,135 @@ def test_a_mask_key_names_one_set_across_item_counts(compiler, smollm2_tokenizer
 
 
 def test_items_still_needed_count_in_the_closing_distance(compiler, smollm2_tokenizer, vocab):
-    """Near the budget, an array short of its minimum is not yet closable: each item still needed adds the fewest tokens
-    an item takes (a lower bound, from the compiled index's own transitions) to the distance."""
+    """An array short of its minimum is not yet closable: the distance counts the items it still needs, from the start
+    (the array still to come) and from inside it, from the compiled index's own transitions."""
     schema = holder(FLAG, 20, 40)
     plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
     constraint = asyncio.run(compiler.constraint(plan, 400))
     before = constraint.closing_distance()
-    for token in smollm2_tokenizer.encode('{"xs": [{"a": true}'):
-        constraint.advance(token)
-    per_item = constraint._compiled.counted.item_tokens
+    per_item = constraint._compiled.items.per_item
     assert 2 <= per_item <= 6  # `,{"a":true}` in a few tokens, never in one
-    assert constraint.closing_distance() >= 19 * per_item > before
+    shortest = fewest_tokens(b',{"a":true}', vocab.ids_of_bytes)  # one more item, written alone
+    assert before >= 20 * (shortest - 1)  # the array is not open yet: its twenty items count already
+    first = smollm2_tokenizer.encode('{"xs": [{"a": true}')
+    for token in first:
+        constraint.advance(token)
+    assert 19 * (shortest - 1) <= constraint.closing_distance() < before
+    assert constraint.closing_distance() >= before - len(first)  # a token brings the end at most one nearer
     for token in smollm2_tokenizer.encode(', {"a": false}' * 19):
         constraint.advance(token)
     assert constraint.closing_distance() <= 2  # `]}`: the minimum is met
 
 
-def test_arrays_of_two_branches_are_not_counted_but_one_array_branch_is():
-    """Two anyOf branches that may both be arrays share their `[` in the DFA: a count opened for one could never close
-    in the other, so neither is counted (widened, verified after); an array beside a null or a string still is."""
+def test_arrays_of_anyof_branches_that_share_their_bracket_are_counted():
+    """Two anyOf branches that may both be arrays share their `[` in the DFA: every array there is marked (short ones
+    too, and any value's, and literal ones), so a count opened at the shared `[` always closes."""
     ints = {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 40}
-    assert not has_counted(SchemaRegex({"anyOf": [ints, {"type": "array", "items": {"type": "string"}}]}).regex())
-    assert not has_counted(SchemaRegex({"anyOf": [ints, {}]}).regex())  # {} may be an array too
+    for other in (
+        {"type": "array", "items": {"type": "string"}},
+        {},  # {} may be an array too
+        {"const": [1, 2]},
+        {"type": "array", "prefixItems": [{"type": "string"}], "items": False},
+        {"type": "array", "maxItems": 0},
+    ):
+        regex = SchemaRegex({"anyOf": [ints, other]}).regex()
+        assert regex.count(f"\\u{ARRAY:04X}") == regex.count(f"\\u{ARRAY_END:04X}") >= 2, other  # every `[` marked
     assert has_counted(SchemaRegex({"anyOf": [ints, {"type": "null"}, {"type": "string"}]}).regex())
     assert has_counted(SchemaRegex({"type": ["array", "null"], "items": FLAG, "maxItems": 40}).regex())
+
+
+TWO_ARRAYS = {
+    "type": "object",
+    "properties": {
+        "xs": {
+            "anyOf": [
+                {"type": "array", "items": FLAG, "minItems": 20, "maxItems": 24},
+                {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 2, "maxItems": 3},
+                {"type": "null"},
+            ]
+        }
+    },
+    "required": ["xs"],
+}
+
+
+@pytest.mark.parametrize("walk", [budget_walk, more_walk], ids=["uniform", "more"])
+def test_arrays_of_two_branches_keep_their_own_bounds(compiler, smollm2_tokenizer, vocab, walk):
+    """The count opens with the loosest bounds of the two branches (2..24) and takes the branch's own at its first
+    comma, where the items have told them apart: flags 20..24, letters 2..3."""
+    plan = plan_output(None, "json", ResponseFormat("json_schema", TWO_ARRAYS, "answer"), None)
+    counts = {"flags": [], "letters": []}
+    for seed in range(8):
+        constraint = asyncio.run(compiler.constraint(plan))
+        start = smollm2_tokenizer.encode('{"xs": [{' if seed % 2 else '{"xs": ["')  # each branch, half the walks
+        for token in start:
+            constraint.advance(token)
+        ids, ended = walk(constraint, vocab, smollm2_tokenizer.vocab_size, 800, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)[-200:]
+        value = json.loads(smollm2_tokenizer.decode(start + ids))
+        jsonschema.validate(value, TWO_ARRAYS)
+        counts["flags" if seed % 2 else "letters"].append(len(value["xs"]))
+    if walk is more_walk:  # only the maximum stops it
+        assert set(counts["flags"]) == {24} and set(counts["letters"]) == {3}, counts
+    else:  # a uniform walk ends arrays early: the minimum holds them
+        assert min(counts["flags"]) <= 23 and min(counts["letters"]) == 2, counts
+
+
+COLOURS = {"enum": ["red", "green", "blue"]}
+
+
+def shortest_walk(constraint, size: int) -> list[int]:
+    """Tokens that close the output in the fewest steps: each step takes an allowed token whose next state is nearest
+    the end (the distance the constraint itself reports)."""
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    ids = []
+    while not constraint.is_finished():
+        best = None
+        for token in allowed_ids(constraint, row, size):
+            saved = constraint.snapshot()
+            constraint.advance(int(token))
+            after = constraint.closing_distance()
+            constraint.restore(saved)
+            best = min(best or (after, int(token)), (after, int(token)))
+        constraint.advance(best[1])
+        ids.append(best[1])
+    return ids
+
+
+@pytest.mark.parametrize("items", [COLOURS, {"type": "boolean"}, {"type": "string"}, {"type": "integer"}], ids=str)
+def test_thirty_items_close_in_a_budget_that_fits_the_shortest_output(compiler, smollm2_tokenizer, vocab, items):
+    """minItems 30 of short items with max_tokens = the shortest closing output: every uniform walk (harsher than any
+    model at temperature 1) writes thirty items or more and closes, because near the end only tokens on a shortest
+    closing path are allowed. The distance at the start is an output's length, not an estimate: a walk reaches it."""
+    schema = holder(items, 30, None)
+    assert has_counted(SchemaRegex(schema).regex())  # counted, not written out
+    plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
+    size = smollm2_tokenizer.vocab_size
+    budget = asyncio.run(compiler.constraint(plan)).closing_distance()
+    shortest = shortest_walk(asyncio.run(compiler.constraint(plan, budget)), size)
+    assert len(shortest) == budget
+    jsonschema.validate(json.loads(smollm2_tokenizer.decode(shortest)), schema)
+    for seed in range(6):
+        constraint = asyncio.run(compiler.constraint(plan, budget))
+        ids, ended = budget_walk(constraint, vocab, size, budget, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)
+        value = json.loads(smollm2_tokenizer.decode(ids))
+        jsonschema.validate(value, schema)
+        assert len(value["xs"]) >= 30 and len(ids) <= budget
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_forced_call_with_thirty_items_closes_in_the_shortest_budget(compiler, smollm2_tokenizer, vocab, form):
+    schema = holder(COLOURS, 30, 40)
+    tools = ToolSet((Tool("tag", None, schema, strict=False),), ToolChoice("function", "tag"), parallel=True)
+    plan = plan_output(tools, form, None, None)
+    budget = asyncio.run(compiler.constraint(plan)).closing_distance()
+    assert budget >= 30 * 2  # every colour after the first takes its comma and at least one token
+    for seed in range(6):
+        constraint = asyncio.run(compiler.constraint(plan, budget))
+        ids, ended = budget_walk(constraint, vocab, smollm2_tokenizer.vocab_size, budget, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)
+        output = ChatOutput(None, tools)
+        output.feed(smollm2_tokenizer.decode(ids), len(ids), "stop")  # raises for a call outside the schema
+        (call,) = output.calls
+        assert call.name == "tag" and 30 <= len(json.loads(call.arguments)["xs"]) <= 40

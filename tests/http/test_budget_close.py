@@ -2,16 +2,24 @@
 
 At temperature 1 over several seeds, with budgets that fit a call but not a rambling one: every forced call
 comes back valid (no 422), every json_object answer parses, a budget no call fits is OpenAI's 200 "length"
-with no call and empty content, and a named tool_choice yields exactly one call.
+with no call and empty content, and a named tool_choice yields exactly one call. An array of minItems 30 closes
+in a max_tokens of exactly its shortest output, as an answer and as a forced call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import jsonschema
 import pytest
 from test_constrained import function, per_seed
+
+from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
+from lexi.chat.constraint_plan import plan_output
+from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.chat.response_format import ResponseFormat
+from lexi.chat.tools import Tool, ToolChoice, ToolSet
 
 MESSAGE = {
     "type": "object",
@@ -135,3 +143,62 @@ def test_responses_forced_call_fits_its_max_output_tokens(tools_client):
         calls = [item for item in reply.output if item.type == "function_call"]
         assert calls and reply.status == "completed", reply
         jsonschema.validate(json.loads(calls[0].arguments), MESSAGE)
+
+
+TAGS = {  # minItems 30: counted beside the DFA, not written out
+    "type": "object",
+    "properties": {"tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 30}},
+    "required": ["tags"],
+}
+
+
+@pytest.fixture(scope="module")
+def shortest(smollm2_tokenizer):
+    """The fewest tokens that close a plan, by the constraint's own figures over the served model's vocabulary."""
+    compiler = ConstraintCompiler(ConstraintVocabulary(smollm2_tokenizer), CompilerConfig(timeout=600))
+    yield lambda plan: asyncio.run(compiler.constraint(plan)).closing_distance()
+    compiler.shutdown()
+
+
+def test_thirty_items_close_in_the_shortest_budget_as_an_answer(tools_client, shortest):
+    client, model = tools_client
+    budget = shortest(plan_output(None, "json", ResponseFormat("json_schema", TAGS, "tags"), None))
+    assert budget >= 60  # thirty colours and their commas
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "List colours for my quilt, as JSON."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "tags", "schema": TAGS}},
+            temperature=1.0,
+            seed=seed,
+            max_tokens=budget,
+        ),
+        SEEDS,
+    )
+    for reply in replies:
+        assert reply.choices[0].finish_reason == "stop", reply
+        jsonschema.validate(json.loads(reply.choices[0].message.content), TAGS)
+        assert reply.usage.completion_tokens <= budget
+
+
+def test_a_forced_call_of_thirty_items_closes_in_the_shortest_budget(tools_client, shortest):
+    client, model = tools_client
+    tools = ToolSet((Tool("tag", None, TAGS, strict=False),), ToolChoice("function", "tag"), parallel=True)
+    budget = shortest(plan_output(tools, "json", None, None))  # hermes_tools.jinja teaches the JSON form
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Tag my quilt with colours."}],
+            tools=[function("tag", TAGS)],
+            tool_choice={"type": "function", "function": {"name": "tag"}},
+            temperature=1.0,
+            seed=seed,
+            max_tokens=budget,
+        ),
+        SEEDS,
+    )
+    for reply in replies:
+        (call,) = reply.choices[0].message.tool_calls
+        assert call.function.name == "tag" and reply.choices[0].finish_reason == "tool_calls", reply
+        jsonschema.validate(json.loads(call.function.arguments), TAGS)
+        assert reply.usage.completion_tokens <= budget

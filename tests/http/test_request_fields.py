@@ -117,6 +117,20 @@ def test_empty_tools_is_400_naming_tools(client):
     assert body["param"] == "tools" and body["code"] == "empty_array"
 
 
+def test_empty_tools_is_400_naming_tools_on_responses_too(client):
+    """The Responses route refuses `tools: []` as the chat route does, in its own error shape."""
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="fields", input="Name a colour.", tools=[], max_output_tokens=1)
+    assert info.value.status_code == 400
+    body = info.value.body
+    assert set(body) == {"message", "type", "param", "code"}
+    assert body["type"] == "invalid_request_error" and body["param"] == "tools" and body["code"] == "empty_array"
+    assert "tools" in body["message"]
+    # one tool is taken: the refusal is about the empty array, not about tools on this route
+    tool = {"type": "function", "name": "pick", "parameters": {"type": "object", "properties": {}}}
+    assert client.responses.create(model="fields", input="Name a colour.", tools=[tool], max_output_tokens=1).id
+
+
 # ---- JSON answers ----
 
 TUPLE = {  # draft-07 tuple validation: a position-by-position array, nothing after
@@ -168,6 +182,38 @@ def test_draft07_tuple_items_are_taken_and_enforced(client):
     for value in values:
         jsonschema.Draft7Validator(TUPLE).validate(value)
     assert all(len(v) == 2 for v in values)
+
+
+SPLIT = {  # anyOf of two arrays (their `[` shared) and a tuple with further items, each past the repeat budget
+    "type": "object",
+    "properties": {
+        "marks": {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 18},
+                {"type": "array", "items": {"enum": ["x", "o"]}, "minItems": 2, "maxItems": 40},
+            ]
+        },
+        "row": {
+            "type": "array",
+            "prefixItems": [{"enum": ["north", "south"]}],
+            "items": {"type": "boolean"},
+            "minItems": 17,
+            "maxItems": 20,
+        },
+    },
+    "required": ["marks", "row"],
+}
+
+
+def test_arrays_of_anyof_branches_and_tuple_tails_keep_their_bounds(client):
+    """Bounds once widened (anyOf branches that are both arrays; a tuple's further items) hold at temperature 1."""
+    reply = client.chat.completions.create(
+        model="fields", messages=user("Fill in the board and the row."), max_tokens=400, temperature=1.0, seed=4,
+        n=4, response_format={"type": "json_schema", "json_schema": {"name": "board", "schema": SPLIT}},
+    )  # fmt: skip
+    assert all(c.finish_reason == "stop" for c in reply.choices), reply
+    for value in answers(reply):
+        jsonschema.validate(value, SPLIT)
 
 
 def test_responses_text_format_without_a_name(client):

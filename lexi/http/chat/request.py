@@ -107,10 +107,7 @@ def _refuse_without_effect(f: Fields) -> None:
 
 def parse_chat_tools(f: Fields) -> ToolSet | None:
     """tools ({"type": "function", "function": {...}}), tool_choice and parallel_tool_calls; None without tools."""
-    raw = f.array("tools")
-    if raw == []:  # OpenAI's answer too: a client that has no tools leaves the field out
-        f.fail("tools", "is an empty array: send at least one tool, or leave tools out", code="empty_array")
-    raw = raw or []
+    raw = f.tools()
     tools: list[Tool] = []
     try:
         for i, entry in enumerate(raw):

@@ -141,6 +141,14 @@ class Fields:
             self.fail(key, "must be an array")
         return value
 
+    def tools(self) -> list[Any]:
+        """`tools`: absent means none; an empty array is refused, as OpenAI refuses it on both its routes
+        (a client that has no tools leaves the field out)."""
+        value = self.array("tools")
+        if value == []:
+            self.fail("tools", "is an empty array: send at least one tool, or leave tools out", code="empty_array")
+        return value or []
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingRequest:

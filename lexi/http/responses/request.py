@@ -203,7 +203,7 @@ def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
     """Function tools in the Responses shape; built-in tools (web_search, file_search, ...) are refused."""
     tools: list[Tool] = []
     try:
-        for i, entry in enumerate(f.array("tools") or []):
+        for i, entry in enumerate(f.tools()):
             where = f"tools[{i}]"
             kind = entry.get("type") if isinstance(entry, dict) else None
             if kind != "function":
