@@ -1,19 +1,24 @@
-"""How many draft tokens one step checks across its batch, and which decoding sequences get them (no torch).
+"""Which draft tokens a step checks: those worth the rows they cost (no torch).
 
-A decoding sequence feeds one row of x a step, and its draft one more row a token. `ModelRunner.cheap_rows` is
-the rows the model's matmuls take on their decode path, each weight read once for all of them (8 rows of x on
-the CPU kernels); four sequences with 8-token drafts feed 36 rows, and where drafts are mostly refused (prose)
-every stream of the batch pays for such steps (four prose streams ran at 0.93x of speculation off, README). So
-a step of several decoding sequences checks at most `cheap_rows - decoding` draft tokens in all, and they go
-first to the sequences whose last check took the most (ties in batch order: a batch always shares the same way).
+A decoding sequence feeds one row of x a step and gets one token; each draft token it adds feeds one more row and
+gets a token only if it and the draft's tokens before it are taken. The j-th token of a draft whose tokens are each
+taken with chance `a` (lexi.engine.ngram.DraftPace) is worth a^j tokens and costs `per_draft` seconds
+(lexi.engine.step_cost). Draft tokens are taken best first, across the batch, while each adds tokens faster than
+the step so far yields them (a^j / per_draft > tokens / seconds): the step's tokens a second can only grow. So text
+that repeats (an edit: ~0.97 of tokens taken) checks long drafts, prose (under a tenth) none, and a batch gives
+its rows to the sequences whose drafts pay.
 
-A lone decoding sequence keeps its whole draft (up to --spec-max: 9 rows at the default 8), as before the
-budget: that is the setting whose single-stream runs gained on every workload (edit 2.53x, JSON 4.43x, prose
-1.24x), its pace (`DraftPace`) already shortens drafts that are refused, and no other stream waits on its step.
-Only speed depends on any of this: a check gives the output that decoding a token a step gives.
+Where several sequences decode, a step also keeps within `ModelRunner.cheap_rows`, the rows the model's matmuls
+take on their decode path (each weight read once for all of them): past it the CPU kernels' cost per row grows
+(four 9-row sequences: 3.1 ms a draft row against 2.4 ms for one). Only speed depends on any of this: a check gives
+the output that decoding a token a step gives.
 """
 
 from __future__ import annotations
+
+import heapq
+
+from lexi.engine.step_cost import CostEstimate
 
 
 def draft_budget(cheap_rows: int | None, decoding: int) -> int | None:
@@ -24,13 +29,32 @@ def draft_budget(cheap_rows: int | None, decoding: int) -> int | None:
     return max(cheap_rows - decoding, 0)
 
 
-def share_budget(lengths: list[int], promise: list[int], budget: int | None) -> list[int]:
-    """How many tokens of each proposed draft (`lengths`, in batch order) the step checks: each in turn by
-    `promise` (the tokens its last check took), highest first, takes what it proposed of what is left."""
-    if budget is None:
-        return list(lengths)
+def worth_checking(
+    lengths: list[int], acceptance: list[float], decoding: int, cost: CostEstimate | None, budget: int | None
+) -> list[int]:
+    """How many tokens of each draft (`lengths` tokens proposed, tokens taken with chance `acceptance`, in batch
+    order) a step of `decoding` decoding sequences checks. Before any step was timed (`cost` None) every draft is
+    checked, within `budget` in batch order."""
     kept = [0] * len(lengths)
-    for i in sorted(range(len(lengths)), key=lambda i: -promise[i]):  # a stable sort: ties keep batch order
-        kept[i] = min(lengths[i], budget)
-        budget -= kept[i]
+    left = budget if budget is not None else sum(lengths)
+    if cost is None:
+        for i, n in enumerate(lengths):
+            kept[i] = min(n, left)
+            left -= kept[i]
+        return kept
+    tokens, seconds = float(decoding), cost.base
+    best = [(-acceptance[i], i) for i, n in enumerate(lengths) if n > 0]  # each draft's next token: (-worth, index)
+    heapq.heapify(best)
+    while best and left > 0:
+        worth, i = best[0]
+        worth = -worth
+        if worth * seconds <= cost.per_draft * tokens:  # the best one left does not pay: none after it does
+            break
+        heapq.heappop(best)
+        kept[i] += 1
+        left -= 1
+        tokens += worth
+        seconds += cost.per_draft
+        if kept[i] < lengths[i]:
+            heapq.heappush(best, (-worth * acceptance[i], i))
     return kept

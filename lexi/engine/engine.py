@@ -49,7 +49,7 @@ class _Stream:
     prompt_logprobs: list = field(default_factory=list)  # gathered chunk by chunk, sent with the first token
     ngram: NgramIndex | None = None  # where its tokens occur, for speculation's proposals (made on first use)
     draft_cursor: DraftCursor | None = None  # what the draft model has computed of it (--spec draft)
-    pace: DraftPace = field(default_factory=DraftPace)  # how long its drafts may be, by how they fared
+    pace: DraftPace = field(default_factory=DraftPace)  # how its drafts fared: what its next ones are worth
 
     def push(self, item: CompletionDelta | BaseException) -> None:
         try:
@@ -216,6 +216,7 @@ class Engine:
 
     def step(self) -> None:
         """One scheduling decision and, if anything runs, one batched forward."""
+        started = time.perf_counter()
         if self.config.spec.enabled:
             self.speculator.propose(self.scheduler.running, self.stats)
         out = self.scheduler.schedule(time.monotonic())
@@ -231,9 +232,13 @@ class Engine:
         for seq in dict.fromkeys((*out.admitted, *out.matched)):  # a queued choice can be both in one step
             self.stats.cached_tokens_total += seq.num_cached
         if out.scheduled:
+            shape = None
             if self.config.spec.enabled:
                 self.speculator.count_rows(out.scheduled, self.stats)
+                shape = self.speculator.decode_shape(out.scheduled)
             self._run_batch(out.scheduled)
+            if shape is not None:  # what this decode step cost teaches the next steps' drafts (step_cost.py)
+                self.speculator.cost.observe(*shape, time.perf_counter() - started)
             self.stats.steps_total += 1
         self._update_gauges()
 

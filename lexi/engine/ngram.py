@@ -48,45 +48,48 @@ class SpecConfig:
 
 
 class DraftPace:
-    """How long one sequence's next draft may be, from how its last checks went.
+    """How one sequence's drafts have fared: the chance that its next draft token is taken, given the ones before
+    it were, and when a sequence whose drafts are not worth their rows proposes one token anyway to see whether
+    that changed.
 
-    A check costs more the more positions it feeds (SmolLM2 on 2 cores, 325 tokens of context: 1.3x a decode step
-    for 2 positions, 2.4x for 9), so text that does not repeat (prose: 8% of proposals taken) must not pay for long
-    drafts: a draft taken whole lets the next be twice as long (up to --spec-max), one cut short makes the next
-    one token longer than what was taken, and a check that takes nothing waits 1, 2, 4 .. 16 steps before the
-    sequence proposes again. Only speed depends on it: a check's outcome is the output's either way."""
+    A check of `proposed` tokens that took `taken` tried min(taken + 1, proposed) tokens and saw `taken` taken; the
+    estimate is their ratio over the sequence's checks, each older one weighing `DECAY` less, beside a prior of half
+    a token taken of one tried. What a token is worth, and so which drafts a step checks, is
+    lexi.engine.draft_budget's. A probe that takes nothing waits 1, 2, 4 .. 16 chances before the next. Only speed
+    depends on it: a check's outcome is the output's either way."""
 
-    __slots__ = ("_cap", "_misses", "_taken", "_wait")
+    DECAY = 0.9
+    PRIOR_TAKEN, PRIOR_TRIED = 0.5, 1.0
+
+    __slots__ = ("_misses", "_taken", "_tried", "_wait")
 
     def __init__(self) -> None:
-        self._cap: int | None = None  # None: --spec-max
+        self._taken = 0.0  # decayed tokens taken
+        self._tried = 0.0  # decayed tokens tried
         self._misses = 0
-        self._taken = 0  # draft tokens the last check took
         self._wait = 0
 
     @property
-    def last_taken(self) -> int:
-        """Draft tokens the last check took (0 before any): who gets a step's draft budget first (draft_budget.py)."""
-        return self._taken
+    def acceptance(self) -> float:
+        """The chance the next draft token is taken, given the draft's tokens before it were."""
+        return (self._taken + self.PRIOR_TAKEN) / (self._tried + self.PRIOR_TRIED)
 
-    def limit(self, most: int) -> int:
-        """Tokens the next draft may have (0: this step proposes nothing); called once a step."""
+    def probe_due(self) -> bool:
+        """Whether a draft that is not worth its rows is checked anyway (one token); called once for each such
+        step."""
         if self._wait > 0:
             self._wait -= 1
-            return 0
-        return most if self._cap is None else min(self._cap, most)
+            return False
+        return True
 
     def checked(self, proposed: int, taken: int) -> None:
-        self._taken = taken
-        if taken == proposed:
-            self._cap = None if self._cap is None else 2 * self._cap
-        else:
-            self._cap = taken + 1
+        self._taken = self._taken * self.DECAY + taken
+        self._tried = self._tried * self.DECAY + min(taken + 1, proposed)
         if taken == 0:
             self._misses += 1
             self._wait = min(1 << (self._misses - 1), 16)
         else:
-            self._misses = 0
+            self._misses, self._wait = 0, 0
 
 
 class NgramIndex:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from lexi.engine.draft_budget import draft_budget, share_budget
+from lexi.engine.draft_budget import draft_budget, worth_checking
 from lexi.engine.draft_model import DraftCursor, DraftProposer, DraftRow
 from lexi.engine.ngram import NgramIndex
+from lexi.engine.step_cost import StepCost
 
 if TYPE_CHECKING:
     from lexi.engine.config import EngineConfig
@@ -37,6 +38,9 @@ class Speculator:
         self.runner = runner
         self.scheduler = scheduler
         self.drafter = None
+        self.cost = StepCost()  # what decode steps cost by their sequences and draft tokens, learned as they run
+        # --deterministic: what a step holds depends on the requests alone, never on timings (the prior's cost)
+        self.untimed = bool(getattr(runner.model, "deterministic", False))
         if draft_model is not None:
             vocab = min(vocab_size, draft_model.args.vocab_size)
             self.drafter = DraftProposer(draft_model, config.num_blocks, config.block_size, config.batch_size, vocab,
@@ -46,40 +50,43 @@ class Speculator:
         """Set `seq.draft` (and the sampler's per-position masks) for every running sequence: empty for one that
         takes none this step (one still prefilling never does).
 
-        With several sequences decoding, the drafts share the step's budget (lexi.engine.draft_budget): no draft
-        is asked for more tokens than the whole budget, and what is proposed past it is cut (counted in `stats`).
+        A draft keeps the tokens worth their rows (lexi.engine.draft_budget: each sequence's acceptance, the
+        step's learned cost), within the step's budget where several sequences decode; what is proposed past
+        that is cut (counted in `stats`). A sequence whose drafts are worth nothing checks one token now and then
+        (`DraftPace.probe_due`), so that it notices when its text starts repeating.
 
         A constrained request's draft is walked through its constraint first (which must be able to come back:
         `snapshot`/`restore`): it keeps the prefix the constraint allows, short of a token that would finish the
         output, and the masks of every position go with it, so the check applies each position's own mask. A
         draft never reaches past max_tokens."""
-        budget = draft_budget(self.runner.cheap_rows, sum(not seq.prefilling for seq in running))
+        decoding = sum(not seq.prefilling for seq in running)
+        budget = draft_budget(self.runner.cheap_rows, decoding)
         wanted: list[tuple[Sequence, int]] = []
         for seq in running:
             stream = seq.payload
             seq.draft, stream.sampler.draft_masks = [], None
             if seq.prefilling or not stream.request.params.speculative:
                 continue
-            room = seq.max_tokens - seq.num_output - 1
-            if room < 1:
-                continue
+            limit = min(seq.max_tokens - seq.num_output - 1, self.spec.max_tokens)
+            if budget is not None and not self._sized_alone(seq):  # a seeded row's draft is its own (`_worth`)
+                limit = min(limit, budget)
             constraint = stream.request.constraint
             if constraint is not None and (self.runner.sampler is None or not hasattr(constraint, "snapshot")):
                 continue
-            limit = min(stream.pace.limit(self.spec.max_tokens), room)
-            if budget is not None:
-                limit = min(limit, budget)
-            if limit:
+            if limit > 0:
                 wanted.append((seq, limit))
         if not wanted:
             return
-        if self.drafter is not None:  # a draft model's tokens cost its passes: the budget is shared before it writes
-            shares = share_budget([limit for _, limit in wanted], self._promise(wanted), budget)
-            wanted = [(seq, share) for (seq, _), share in zip(wanted, shares, strict=True) if share]
+        cost = self.cost.prior(decoding) if self.untimed else self.cost.estimate(decoding)
+        acceptance = [seq.payload.pace.acceptance for seq, _ in wanted]
+        if self.drafter is not None:  # a draft model's tokens cost its passes: what is worth checking is asked for
+            limits = self._worth([limit for _, limit in wanted], acceptance, wanted, decoding, cost, budget)
+            wanted = [(seq, limit) for (seq, _), limit in zip(wanted, limits, strict=True) if limit]
             drafts = self._model_drafts(wanted)
-        else:  # a lookup costs next to nothing, and often finds no match: shared over what it proposed
+            kept = [len(d) for d in drafts]
+        else:  # a lookup costs next to nothing, and often finds no match: what it found is weighed
             drafts = self._lookup_drafts(wanted)
-        kept = share_budget([len(d) for d in drafts], self._promise(wanted), budget)
+            kept = self._worth([len(d) for d in drafts], acceptance, wanted, decoding, cost, budget)
         stats.spec_budget_cut_total += sum(len(d) for d in drafts) - sum(kept)
         for (seq, _), draft, keep in zip(wanted, drafts, kept, strict=True):
             draft = draft[:keep]
@@ -87,6 +94,46 @@ class Speculator:
             if draft and constraint is not None:
                 draft, seq.payload.sampler.draft_masks = self._constrained_draft(constraint, draft)
             seq.draft = draft
+
+    def _worth(self, lengths, acceptance, wanted, decoding, cost, budget) -> list[int]:
+        """`worth_checking`, and one token for each sequence left out whose probe is due (within the budget).
+
+        A seeded sampled sequence draws its random numbers along the positions its checks feed, so what its drafts
+        hold must depend on nothing but its own tokens: not on how long steps took, nor on the other sequences
+        (whose progress does). Its drafts are weighed by the cost model's prior alone (a draft token at
+        `prior_ratio` of a one-sequence step) outside the step's budget; the other sequences share what is left.
+        Under --deterministic every draft is weighed by the prior (`untimed`): what a step holds then depends on
+        the requests alone, so the other sequences' progress does too."""
+        kept = [0] * len(wanted)
+        seeded = [self._sized_alone(seq) for seq, _ in wanted]
+        for i in (i for i in range(len(wanted)) if seeded[i]):
+            kept[i] = worth_checking([lengths[i]], [acceptance[i]], 1, self.cost.prior(1), None)[0]
+            if lengths[i] and not kept[i] and wanted[i][0].payload.pace.probe_due():
+                kept[i] = 1
+        rows = [i for i in range(len(wanted)) if not seeded[i]]
+        left = None if budget is None else max(budget - sum(kept), 0)
+        part = worth_checking([lengths[i] for i in rows], [acceptance[i] for i in rows], decoding, cost, left)
+        for i, n in zip(rows, part, strict=True):
+            kept[i] = n
+        for i in rows:
+            left = None if budget is None else budget - sum(kept)
+            if lengths[i] and not kept[i] and (left is None or left > 0) and wanted[i][0].payload.pace.probe_due():
+                kept[i] = 1
+        return kept
+
+    def _sized_alone(self, seq: Sequence) -> bool:
+        """Whether `seq`'s draft is sized by the prior alone, apart from the batch: a seeded sampled request's
+        (`_worth` says why), except under --deterministic, where nothing depends on timings anyway."""
+        params = seq.payload.request.params
+        return not self.untimed and params.seed is not None and not params.greedy
+
+    @staticmethod
+    def decode_shape(scheduled: list[ScheduledSeq]) -> tuple[int, int] | None:
+        """(decoding sequences, draft tokens) of a step about to run, for the cost model (`cost.observe` once it
+        ran); None for a step that also prefills, which says nothing about what decoding rows cost."""
+        if not scheduled or any(item.seq.prefilling for item in scheduled):
+            return None
+        return len(scheduled), sum(len(item.draft) for item in scheduled)
 
     @staticmethod
     def count_rows(scheduled: list[ScheduledSeq], stats: EngineStats) -> None:
@@ -104,10 +151,6 @@ class Speculator:
         seq.payload.pace.checked(proposed, taken)
         seq.draft_proposed += proposed
         seq.draft_taken += taken
-
-    @staticmethod
-    def _promise(wanted: list[tuple[Sequence, int]]) -> list[int]:
-        return [seq.payload.pace.last_taken for seq, _ in wanted]
 
     def _lookup_drafts(self, wanted: list[tuple[Sequence, int]]) -> list[list[int]]:
         drafts = []

@@ -25,7 +25,7 @@ class EngineStats:
     spec_steps_total: int = 0  # decode rows that checked a draft
     spec_proposed_total: int = 0  # draft tokens proposed
     spec_accepted_total: int = 0  # of which the model's own choice (taken)
-    spec_budget_cut_total: int = 0  # draft tokens proposed but not checked: past the step's budget (draft_budget.py)
+    spec_budget_cut_total: int = 0  # draft tokens proposed but not checked: not worth their rows (draft_budget.py)
     spec_batch_rows_max: int = 0  # most rows one step fed for several decoding sequences (a token each + drafts)
     ttft_count: int = 0
     ttft_sum_s: float = 0.0  # queueing included: request submitted -> first token sampled

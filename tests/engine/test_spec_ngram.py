@@ -9,10 +9,11 @@ import asyncio
 import pytest
 from engine_helpers import collect, run, running_engine, tokens_of
 
-from lexi.engine.draft_budget import draft_budget, share_budget
+from lexi.engine.draft_budget import draft_budget, worth_checking
 from lexi.engine.ngram import NgramIndex, SpecConfig
 from lexi.engine.request import GenerationRequest
 from lexi.engine.sampling import SamplingParams
+from lexi.engine.step_cost import CostEstimate
 
 CODE = (
     "def area(width, height):\n    return width * height\n\n"
@@ -109,38 +110,45 @@ def test_a_stop_inside_an_accepted_draft_ends_there(smollm2_deterministic):
     assert "".join(d.text for d in on_deltas[0]) == "".join(d.text for d in off_deltas[0])
 
 
-def test_drafts_lengthen_when_taken_and_pause_when_refused():
+def test_a_pace_learns_how_often_drafts_are_taken_and_spaces_its_probes():
     from lexi.engine.ngram import DraftPace
 
     pace = DraftPace()
-    assert pace.limit(8) == 8
-    pace.checked(8, 3)  # cut short: one more than was taken
-    assert pace.limit(8) == 4
-    pace.checked(4, 4)  # taken whole: twice as long, up to --spec-max
-    assert pace.limit(8) == 8
-    pace.checked(8, 0)  # nothing taken: one step without a draft
-    assert pace.limit(8) == 0 and pace.limit(8) == 1
-    pace.checked(1, 0)  # again: two steps
-    assert [pace.limit(8) for _ in range(3)] == [0, 0, 1]
-    for _ in range(8):
-        pace.checked(1, 0)
-        while pace.limit(8) == 0:
-            pass
-    pace.checked(1, 0)
-    assert sum(pace.limit(8) == 0 for _ in range(17)) == 16  # the wait stops growing at 16 steps
-    pace.checked(1, 1)
-    assert pace.limit(8) == 2
+    assert pace.acceptance == 0.5 and pace.probe_due()  # the prior: half a token of one tried
+    for _ in range(20):
+        pace.checked(8, 8)  # whole drafts taken: 8 tried, 8 taken
+    assert 0.99 < pace.acceptance < 1.0
+    pace.checked(8, 3)  # the fourth token refused: 4 tried, 3 taken
+    assert 0.97 < pace.acceptance < 0.99
+    prose = DraftPace()
+    for _ in range(30):
+        prose.checked(1, 0)
+    assert prose.acceptance < 0.05  # one-token probes weigh at most ten tries against the prior
+    for _ in range(12):  # probes that keep missing wait 1, 2, 4 .. 16 chances
+        prose.checked(1, 0)
+    assert [prose.probe_due() for _ in range(17)] == [False] * 16 + [True]
+    prose.checked(1, 1)  # a probe taken: the next is due at once
+    assert prose.probe_due() and prose.acceptance > 0.05
 
 
-def test_a_batch_shares_its_draft_budget_by_the_last_checks():
-    assert draft_budget(8, 1) is None  # a lone sequence keeps its whole draft
-    assert draft_budget(None, 4) is None  # no cheap-row path: no limit
+def test_a_step_checks_the_draft_tokens_worth_their_rows():
+    cost = CostEstimate(base=6.5e-3, per_draft=2.4e-3)  # SmolLM2 on 2 AVX2 cores
+    # one sequence: a token taken with chance a is worth a^j; it is checked while a^j / per_draft beats tokens / s
+    assert worth_checking([8], [0.08], 1, cost, None) == [0]  # prose: a row costs more than it yields
+    assert worth_checking([8], [0.9], 1, cost, None) == [4]
+    assert worth_checking([8], [0.99], 1, cost, None) == [8]
+    assert worth_checking([3], [0.99], 1, cost, None) == [3]  # never more than was proposed
+    assert worth_checking([8], [0.99], 1, CostEstimate(6.5e-3, 1e-5), None) == [8]  # rows next to free (a GPU)
+    # across a batch the best tokens come first: the repeating sequence's, then none of the prose's
+    assert worth_checking([8, 8, 0, 8], [0.99, 0.08, 0.99, 0.8], 4, CostEstimate(19e-3, 2.4e-3), None) == [8, 0, 0, 1]
+    # within a budget (several sequences: the cheap rows), in order of worth
+    assert worth_checking([8, 8], [0.9, 0.95], 2, CostEstimate(10e-3, 2.4e-3), 6) == [2, 4]
+    # before any step was timed every draft is checked, within the budget in batch order
+    assert worth_checking([2, 0, 3, 8], [0.1] * 4, 4, None, 6) == [2, 0, 3, 1]
+    assert worth_checking([8, 8], [0.1, 0.1], 2, None, None) == [8, 8]
+    assert draft_budget(8, 1) is None  # a lone sequence: no budget
+    assert draft_budget(None, 4) is None  # no cheap-row path: no budget
     assert draft_budget(8, 4) == 4 and draft_budget(8, 8) == 0 and draft_budget(8, 12) == 0
-    # the one whose last check took the most comes first, ties in batch order, each takes what is left
-    assert share_budget([8, 8, 3, 8], [0, 5, 5, 0], 4) == [0, 4, 0, 0]
-    assert share_budget([2, 8, 3, 8], [0, 1, 5, 0], 7) == [0, 4, 3, 0]
-    assert share_budget([2, 0, 3, 8], [0, 0, 0, 0], 6) == [2, 0, 3, 1]
-    assert share_budget([8, 8], [0, 0], None) == [8, 8]
 
 
 REPEATING = [
@@ -151,9 +159,10 @@ REPEATING = [
 ]
 
 
-def test_concurrent_drafts_stay_within_the_cheap_rows_and_a_lone_stream_keeps_its_whole_draft(smollm2):
+def test_concurrent_drafts_stay_within_the_cheap_rows_and_a_lone_stream_has_no_budget(smollm2):
     """Four repeating streams want 8-token drafts each (36 rows a step): the steps where several decode feed
-    at most the CPU kernels' cheap rows; one stream alone still checks --spec-max tokens at once."""
+    at most the CPU kernels' cheap rows; one stream alone is held only by what its draft tokens are worth
+    (test_a_step_checks_the_draft_tokens_worth_their_rows), and checks several at once."""
     model, tok = smollm2
     assert model.cheap_rows == 8  # GEMV_MAX_M of lexi/kernels/cpu/lexi_cpu.h, read from the C module
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
@@ -161,6 +170,6 @@ def test_concurrent_drafts_stay_within_the_cheap_rows_and_a_lone_stream_keeps_it
     _, _, stats = generate_all(model, tok, REPEATING, lambda i: params, spec)
     assert stats["spec_accepted_total"] > 0 and stats["spec_budget_cut_total"] > 0
     assert len(REPEATING) < stats["spec_batch_rows_max"] <= model.cheap_rows  # drafts checked, within the budget
-    _, deltas, alone = generate_all(model, tok, REPEATING[:1], lambda i: params, spec)
-    assert max(len(d.token_ids) for d in deltas[0]) == spec.max_tokens + 1  # a whole 8-token draft taken
-    assert alone["spec_budget_cut_total"] == 0 and alone["spec_batch_rows_max"] == 0
+    _, deltas, alone = generate_all(model, tok, REPEATING[2:3], lambda i: params, spec)
+    assert max(len(d.token_ids) for d in deltas[0]) > 3  # drafts taken, several tokens in one step
+    assert alone["spec_batch_rows_max"] == 0

@@ -46,8 +46,8 @@ def test_greedy_text_is_the_same_with_fewer_steps(spec_servers):
     assert steps["off"] == 0 and steps["on"] > 0
     accepted, proposed = on.metric("lexi_spec_accepted_tokens"), on.metric("lexi_spec_proposed_tokens")
     assert 0 < accepted <= proposed
-    _, text, _ = on.get("/metrics")  # the step budget's figures (a lone request's drafts are never cut)
-    assert "\nlexi_spec_budget_cut_tokens 0.0" in text and "\nlexi_spec_batch_rows_max " in text
+    _, text, _ = on.get("/metrics")  # draft tokens not worth checking, and the most rows of a batched step
+    assert "\nlexi_spec_budget_cut_tokens " in text and "\nlexi_spec_batch_rows_max " in text
 
 
 def test_streamed_text_with_speculation_is_the_whole_text(spec_servers):

@@ -55,7 +55,7 @@ class Metrics:
             ("lexi_spec_proposed_tokens", "spec_proposed_total", "Draft tokens proposed by speculation since start"),
             ("lexi_spec_accepted_tokens", "spec_accepted_total", "Draft tokens the model's check took since start"),
             ("lexi_spec_verify_rows", "spec_steps_total", "Decode rows that checked a draft since start"),
-            ("lexi_spec_budget_cut_tokens", "spec_budget_cut_total", "Draft tokens past a step's budget, not checked"),
+            ("lexi_spec_budget_cut_tokens", "spec_budget_cut_total", "Draft tokens proposed, not worth checking"),
             ("lexi_spec_batch_rows_max", "spec_batch_rows_max", "Most rows a step fed for several decoding requests"),
         ):
             gauge = Gauge(name, doc, registry=self.registry)
