@@ -1,12 +1,12 @@
 """Which draft tokens a step checks: those worth the rows they cost (no torch).
 
 A decoding sequence feeds one row of x a step and gets one token; each draft token it adds feeds one more row and
-gets a token only if it and the draft's tokens before it are taken. The j-th token of a draft whose tokens are each
-taken with chance `a` (lexi.engine.ngram.DraftPace) is worth a^j tokens and costs `per_draft` seconds
-(lexi.engine.step_cost). Draft tokens are taken best first, across the batch, while each adds tokens faster than
-the step so far yields them (a^j / per_draft > tokens / seconds): the step's tokens a second can only grow. So text
-that repeats (an edit: ~0.97 of tokens taken) checks long drafts, prose (under a tenth) none, and a batch gives
-its rows to the sequences whose drafts pay.
+gets a token only if it and the draft's tokens before it are taken. The j-th token of a draft whose first token is
+taken with chance `a1` and each later one with chance `a` (lexi.engine.ngram.DraftPace) is worth a1 a^(j-1)
+tokens and costs `per_draft` seconds (lexi.engine.step_cost). Draft tokens are taken best first, across the batch,
+while each adds tokens faster than the step so far yields them (worth / per_draft > tokens / seconds): the step's
+tokens a second can only grow. So text that repeats checks long drafts, prose (under a tenth of first tokens
+taken) none, and a batch gives its rows to the sequences whose drafts pay.
 
 Where several sequences decode, a step also keeps within `ModelRunner.cheap_rows`, the rows the model's matmuls
 take on their decode path (each weight read once for all of them): past it the CPU kernels' cost per row grows
@@ -30,11 +30,15 @@ def draft_budget(cheap_rows: int | None, decoding: int) -> int | None:
 
 
 def worth_checking(
-    lengths: list[int], acceptance: list[float], decoding: int, cost: CostEstimate | None, budget: int | None
+    lengths: list[int],
+    acceptance: list[tuple[float, float]],
+    decoding: int,
+    cost: CostEstimate | None,
+    budget: int | None,
 ) -> list[int]:
-    """How many tokens of each draft (`lengths` tokens proposed, tokens taken with chance `acceptance`, in batch
-    order) a step of `decoding` decoding sequences checks. Before any step was timed (`cost` None) every draft is
-    checked, within `budget` in batch order."""
+    """How many tokens of each draft (`lengths` tokens proposed; `acceptance`: the chances its first and each later
+    token are taken; in batch order) a step of `decoding` decoding sequences checks. Before any step was timed
+    (`cost` None) every draft is checked, within `budget` in batch order."""
     kept = [0] * len(lengths)
     left = budget if budget is not None else sum(lengths)
     if cost is None:
@@ -43,7 +47,7 @@ def worth_checking(
             left -= kept[i]
         return kept
     tokens, seconds = float(decoding), cost.base
-    best = [(-acceptance[i], i) for i, n in enumerate(lengths) if n > 0]  # each draft's next token: (-worth, index)
+    best = [(-acceptance[i][0], i) for i, n in enumerate(lengths) if n > 0]  # each draft's next token: (-worth, i)
     heapq.heapify(best)
     while best and left > 0:
         worth, i = best[0]
@@ -56,5 +60,5 @@ def worth_checking(
         tokens += worth
         seconds += cost.per_draft
         if kept[i] < lengths[i]:
-            heapq.heappush(best, (-worth * acceptance[i], i))
+            heapq.heappush(best, (-worth * acceptance[i][1], i))
     return kept

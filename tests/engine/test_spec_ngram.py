@@ -114,38 +114,49 @@ def test_a_pace_learns_how_often_drafts_are_taken_and_spaces_its_probes():
     from lexi.engine.ngram import DraftPace
 
     pace = DraftPace()
-    assert pace.acceptance == 0.5 and pace.probe_due()  # the prior: half a token of one tried
+    assert pace.acceptance == (0.5, 0.5) and pace.probe_due()  # the prior: half a token of one tried
     for _ in range(20):
-        pace.checked(8, 8)  # whole drafts taken: 8 tried, 8 taken
-    assert 0.99 < pace.acceptance < 1.0
-    pace.checked(8, 3)  # the fourth token refused: 4 tried, 3 taken
-    assert 0.97 < pace.acceptance < 0.99
+        pace.checked(8, 8)  # whole drafts taken: the first and 7 later tokens tried, all taken
+    first, later = pace.acceptance
+    assert 0.9 < first < 1.0 and 0.99 < later < 1.0
+    pace.checked(8, 3)  # the fourth token refused: the first and 3 later tried, 2 of those taken
+    assert pace.acceptance[0] > first and 0.97 < pace.acceptance[1] < later
+    guesses = DraftPace()
+    for _ in range(30):  # an edit's lookups: the first token often wrong, the copy right once it is not
+        guesses.checked(8, 0)
+        guesses.checked(8, 8)
+    first, later = guesses.acceptance
+    assert 0.4 < first < 0.6 and later > 0.98
     prose = DraftPace()
     for _ in range(30):
         prose.checked(1, 0)
-    assert prose.acceptance < 0.05  # one-token probes weigh at most ten tries against the prior
+    assert prose.acceptance[0] < 0.05  # one-token probes weigh at most ten tries against the prior
     for _ in range(12):  # probes that keep missing wait 1, 2, 4 .. 16 chances
         prose.checked(1, 0)
     assert [prose.probe_due() for _ in range(17)] == [False] * 16 + [True]
     prose.checked(1, 1)  # a probe taken: the next is due at once
-    assert prose.probe_due() and prose.acceptance > 0.05
+    assert prose.probe_due() and prose.acceptance[0] > 0.05
 
 
 def test_a_step_checks_the_draft_tokens_worth_their_rows():
     cost = CostEstimate(base=6.5e-3, per_draft=2.4e-3)  # SmolLM2 on 2 AVX2 cores
-    # one sequence: a token taken with chance a is worth a^j; it is checked while a^j / per_draft beats tokens / s
-    assert worth_checking([8], [0.08], 1, cost, None) == [0]  # prose: a row costs more than it yields
-    assert worth_checking([8], [0.9], 1, cost, None) == [4]
-    assert worth_checking([8], [0.99], 1, cost, None) == [8]
-    assert worth_checking([3], [0.99], 1, cost, None) == [3]  # never more than was proposed
-    assert worth_checking([8], [0.99], 1, CostEstimate(6.5e-3, 1e-5), None) == [8]  # rows next to free (a GPU)
+    # a token is worth the chance it is taken (a1 a^(j-1)); it is checked while worth / per_draft beats tokens / s
+    assert worth_checking([8], [(0.08, 0.5)], 1, cost, None) == [0]  # prose: a row costs more than it yields
+    assert worth_checking([8], [(0.9, 0.9)], 1, cost, None) == [4]
+    assert worth_checking([8], [(0.99, 0.99)], 1, cost, None) == [8]
+    assert worth_checking([8], [(0.72, 0.94)], 1, CostEstimate(8.6e-3, 3.4e-3), None) == [5]  # an edit's guesses
+    assert worth_checking([3], [(0.99, 0.99)], 1, cost, None) == [3]  # never more than was proposed
+    assert worth_checking([8], [(0.5, 0.5)], 1, CostEstimate(6.5e-3, 1e-5), None) == [8]  # rows next to free (GPU)
     # across a batch the best tokens come first: the repeating sequence's, then none of the prose's
-    assert worth_checking([8, 8, 0, 8], [0.99, 0.08, 0.99, 0.8], 4, CostEstimate(19e-3, 2.4e-3), None) == [8, 0, 0, 1]
+    busy = CostEstimate(19e-3, 2.4e-3)
+    assert worth_checking([8, 8, 0, 8], [(0.99, 0.99), (0.08, 0.5), (0.99, 0.99), (0.8, 0.8)], 4, busy, None) == [
+        8, 0, 0, 1,
+    ]  # fmt: skip
     # within a budget (several sequences: the cheap rows), in order of worth
-    assert worth_checking([8, 8], [0.9, 0.95], 2, CostEstimate(10e-3, 2.4e-3), 6) == [2, 4]
+    assert worth_checking([8, 8], [(0.9, 0.9), (0.95, 0.95)], 2, CostEstimate(10e-3, 2.4e-3), 6) == [2, 4]
     # before any step was timed every draft is checked, within the budget in batch order
-    assert worth_checking([2, 0, 3, 8], [0.1] * 4, 4, None, 6) == [2, 0, 3, 1]
-    assert worth_checking([8, 8], [0.1, 0.1], 2, None, None) == [8, 8]
+    assert worth_checking([2, 0, 3, 8], [(0.1, 0.1)] * 4, 4, None, 6) == [2, 0, 3, 1]
+    assert worth_checking([8, 8], [(0.1, 0.1)] * 2, 2, None, None) == [8, 8]
     assert draft_budget(8, 1) is None  # a lone sequence: no budget
     assert draft_budget(None, 4) is None  # no cheap-row path: no budget
     assert draft_budget(8, 4) == 4 and draft_budget(8, 8) == 0 and draft_budget(8, 12) == 0
