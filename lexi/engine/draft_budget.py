@@ -2,16 +2,18 @@
 
 A decoding sequence feeds one row of x a step and gets one token; each draft token it adds feeds one more row and
 gets a token only if it and the draft's tokens before it are taken. The j-th token of a draft whose first token is
-taken with chance `a1` and each later one with chance `a` (lexi.engine.ngram.DraftPace) is worth a1 a^(j-1)
-tokens and costs `per_draft` seconds (lexi.engine.step_cost). Draft tokens are taken best first, across the batch,
-while each adds tokens faster than the step so far yields them (worth / per_draft > tokens / seconds): the step's
-tokens a second can only grow. So text that repeats checks long drafts, prose (under a tenth of first tokens
-taken) none, and a batch gives its rows to the sequences whose drafts pay.
+taken with chance `a1` and each later one with chance `a` (lexi.engine.ngram.DraftPace) is worth a1 a^(j-1) tokens
+and costs `per_draft` seconds (lexi.engine.step_cost). Draft tokens are taken best first, across the batch, while
+each adds tokens faster than the step so far yields them (worth / per_draft > tokens / seconds), and then only if
+the step, with what checking any draft adds once (`jump`), yields tokens faster than one without drafts. So text
+that repeats checks long drafts, prose (under a tenth of first tokens taken) none, and a batch gives its rows to the
+sequences whose drafts pay.
 
-Where several sequences decode, a step also keeps within `ModelRunner.cheap_rows`, the rows the model's matmuls
-take on their decode path (each weight read once for all of them): past it the CPU kernels' cost per row grows
-(four 9-row sequences: 3.1 ms a draft row against 2.4 ms for one). Only speed depends on any of this: a check gives
-the output that decoding a token a step gives.
+Where several sequences decode, a step also keeps within `ModelRunner.cheap_rows`, the rows the model's matmuls take
+on their decode path (each weight read once for all of them): past it the CPU kernels' cost per row grows (four
+9-row sequences: 3.1 ms a draft row against 2.4 ms for one). Only speed depends on any of this: a check gives the
+output that decoding a token a step gives.
+
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def worth_checking(
             kept[i] = min(n, left)
             left -= kept[i]
         return kept
-    tokens, seconds = float(decoding), cost.base
+    tokens, seconds = float(decoding), cost.base + cost.jump
     best = [(-acceptance[i][0], i) for i, n in enumerate(lengths) if n > 0]  # each draft's next token: (-worth, i)
     heapq.heapify(best)
     while best and left > 0:
@@ -61,4 +63,6 @@ def worth_checking(
         seconds += cost.per_draft
         if kept[i] < lengths[i]:
             heapq.heappush(best, (-worth * acceptance[i][1], i))
+    if tokens * cost.base <= decoding * seconds:  # the drafts worth most do not pay for the check's own jump
+        return [0] * len(lengths)
     return kept

@@ -53,15 +53,17 @@ class DraftPace:
     one token anyway to see whether that changed.
 
     The two differ: a lookup's first token is a guess at which earlier occurrence the text follows, the rest a copy
-    that holds once the guess was right (an edit on SmolLM2: 0.72 of first tokens taken, 0.82-1.0 of later ones).
-    A check of `proposed` tokens that took `taken` tried the first and min(taken + 1, proposed) - 1 later ones;
-    each estimate is its ratio over the sequence's checks, each older one weighing `DECAY` less, beside a prior
-    of half a token taken of one tried. What a token is worth, and so which drafts a step checks, is
-    lexi.engine.draft_budget's. A probe that takes nothing waits 1, 2, 4 .. 16 chances before the next. Only speed
-    depends on it: a check's outcome is the output's either way."""
+    that holds once the guess was right (an edit on SmolLM2: 0.72 of first tokens taken, 0.82-1.0 of later ones). A
+    check of `proposed` tokens that took `taken` tried the first and min(taken + 1, proposed) - 1 later ones; each
+    estimate is its ratio over the sequence's checks, each older one weighing `DECAY` less, beside a prior of one
+    token tried: half of it taken for a first token, 0.9 for a later one. The later prior is hopeful on purpose:
+    only drafts longer than a token can show how later tokens fare, and a draft whose first token is taken is mostly
+    a copy that holds; where it does not, a few checks bring the estimate down. What a token is worth, and so which
+    drafts a step checks, is lexi.engine.draft_budget's. A probe that takes nothing waits 1, 2, 4 .. 16 chances
+    before the next. Only speed depends on it: a check's outcome is the output's either way."""
 
     DECAY = 0.9
-    PRIOR_TAKEN, PRIOR_TRIED = 0.5, 1.0
+    PRIOR_FIRST, PRIOR_LATER = 0.5, 0.9  # tokens taken of one tried
 
     __slots__ = ("_first", "_later", "_misses", "_wait")
 
@@ -74,9 +76,8 @@ class DraftPace:
     @property
     def acceptance(self) -> tuple[float, float]:
         """(the chance a draft's first token is taken, the chance each later one is, given those before it were)."""
-        return tuple(
-            (taken + self.PRIOR_TAKEN) / (tried + self.PRIOR_TRIED) for taken, tried in (self._first, self._later)
-        )
+        (taken, tried), (later_taken, later_tried) = self._first, self._later
+        return (taken + self.PRIOR_FIRST) / (tried + 1.0), (later_taken + self.PRIOR_LATER) / (later_tried + 1.0)
 
     def probe_due(self) -> bool:
         """Whether a draft that is not worth its rows is checked anyway (one token); called once for each such

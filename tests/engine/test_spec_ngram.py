@@ -114,7 +114,7 @@ def test_a_pace_learns_how_often_drafts_are_taken_and_spaces_its_probes():
     from lexi.engine.ngram import DraftPace
 
     pace = DraftPace()
-    assert pace.acceptance == (0.5, 0.5) and pace.probe_due()  # the prior: half a token of one tried
+    assert pace.acceptance == (0.5, 0.9) and pace.probe_due()  # the priors, a token tried
     for _ in range(20):
         pace.checked(8, 8)  # whole drafts taken: the first and 7 later tokens tried, all taken
     first, later = pace.acceptance
@@ -146,6 +146,10 @@ def test_a_step_checks_the_draft_tokens_worth_their_rows():
     assert worth_checking([8], [(0.99, 0.99)], 1, cost, None) == [8]
     assert worth_checking([8], [(0.72, 0.94)], 1, CostEstimate(8.6e-3, 3.4e-3), None) == [5]  # an edit's guesses
     assert worth_checking([3], [(0.99, 0.99)], 1, cost, None) == [3]  # never more than was proposed
+    # what checking any draft adds once: one token worth 0.6 pays for its row, not for the jump too
+    assert worth_checking([1], [(0.6, 0.9)], 1, cost, None) == [1]
+    assert worth_checking([1], [(0.6, 0.9)], 1, CostEstimate(6.5e-3, 2.4e-3, jump=2e-3), None) == [0]
+    assert worth_checking([8], [(0.6, 0.9)], 1, CostEstimate(6.5e-3, 2.4e-3, jump=2e-3), None) == [4]
     assert worth_checking([8], [(0.5, 0.5)], 1, CostEstimate(6.5e-3, 1e-5), None) == [8]  # rows next to free (GPU)
     # across a batch the best tokens come first: the repeating sequence's, then none of the prose's
     busy = CostEstimate(19e-3, 2.4e-3)

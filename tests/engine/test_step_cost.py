@@ -16,15 +16,17 @@ def test_nothing_is_known_before_a_step_is_timed():
 
 
 def test_the_fit_finds_each_part_of_a_step_under_noise():
-    """Steps of 1-4 sequences and 0-24 draft tokens, 4 ms + 3 ms a sequence + 2 ms a draft token, +-10% noise."""
+    """Steps of 1-4 sequences and 0-24 draft tokens, 4 ms + 3 ms a sequence + 2 ms once any draft is checked + 2 ms
+    a draft token, +-10% noise."""
     cost, rng = StepCost(), random.Random(0)
     for _ in range(400):
-        n, d = rng.randint(1, 4), rng.randint(0, 24)
-        cost.observe(n, d, (4e-3 + 3e-3 * n + 2e-3 * d) * rng.uniform(0.9, 1.1))
+        n, d = rng.randint(1, 4), rng.choice([0, 0, *range(1, 25)])
+        cost.observe(n, d, (4e-3 + 3e-3 * n + 2e-3 * (d > 0) + 2e-3 * d) * rng.uniform(0.9, 1.1))
     for n in (1, 4):
         est = cost.estimate(n)
         assert est.base == pytest.approx(4e-3 + 3e-3 * n, rel=0.15)
         assert est.per_draft == pytest.approx(2e-3, rel=0.1)
+        assert est.jump == pytest.approx(2e-3, abs=1e-3)
 
 
 def test_drafts_that_never_varied_lean_on_the_prior_and_evidence_outweighs_it():
@@ -45,7 +47,7 @@ def test_old_steps_weigh_less():
     for d in range(200):  # the machine got busier: every part costs twice as much
         cost.observe(1, d % 5, 10e-3 + 2e-3 * (d % 5))
     est = cost.estimate(1)
-    assert est.base == pytest.approx(10e-3, rel=0.02) and est.per_draft == pytest.approx(2e-3, rel=0.05)
+    assert est.base == pytest.approx(10e-3, rel=0.03) and est.per_draft == pytest.approx(2e-3, rel=0.08)
 
 
 def test_a_fit_gone_astray_never_makes_steps_or_drafts_free():
