@@ -59,11 +59,13 @@ class DraftPace:
     token tried: half of it taken for a first token, 0.9 for a later one. The later prior is hopeful on purpose:
     only drafts longer than a token can show how later tokens fare, and a draft whose first token is taken is mostly
     a copy that holds; where it does not, a few checks bring the estimate down. What a token is worth, and so which
-    drafts a step checks, is lexi.engine.draft_budget's. A probe that takes nothing waits 1, 2, 4 .. 16 chances
-    before the next. Only speed depends on it: a check's outcome is the output's either way."""
+    drafts a step checks, is lexi.engine.draft_budget's. A probe that takes nothing doubles the wait before the next
+    (1, 3, 7 .. 63 chances), one that takes something halves it. Only speed depends on it: a check's outcome is the
+    output's either way."""
 
     DECAY = 0.9
     PRIOR_FIRST, PRIOR_LATER = 0.5, 0.9  # tokens taken of one tried
+    MOST_MISSES = 6  # a probe waits at most 2^6 - 1 = 63 chances
 
     __slots__ = ("_first", "_later", "_misses", "_wait")
 
@@ -94,11 +96,10 @@ class DraftPace:
         for counts, got, tried in ((self._first, min(taken, 1), 1), (self._later, max(taken - 1, 0), later_tried)):
             counts[0] = counts[0] * self.DECAY + got
             counts[1] = counts[1] * self.DECAY + tried
-        if taken == 0:
-            self._misses += 1
-            self._wait = min(1 << (self._misses - 1), 16)
-        else:
-            self._misses, self._wait = 0, 0
+        # a miss doubles the wait before the next probe (up to 63 steps), a take halves it: a probe costs about a
+        # step (what any check adds once, lexi.engine.step_cost), and prose's common words are taken now and then
+        self._misses = min(self._misses + 1, self.MOST_MISSES) if taken == 0 else max(self._misses - 1, 0)
+        self._wait = (1 << self._misses) - 1
 
 
 class NgramIndex:

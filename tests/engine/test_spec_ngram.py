@@ -131,11 +131,15 @@ def test_a_pace_learns_how_often_drafts_are_taken_and_spaces_its_probes():
     for _ in range(30):
         prose.checked(1, 0)
     assert prose.acceptance[0] < 0.05  # one-token probes weigh at most ten tries against the prior
-    for _ in range(12):  # probes that keep missing wait 1, 2, 4 .. 16 chances
+    for _ in range(12):  # probes that keep missing wait 1, 3, 7 .. 63 chances
         prose.checked(1, 0)
-    assert [prose.probe_due() for _ in range(17)] == [False] * 16 + [True]
-    prose.checked(1, 1)  # a probe taken: the next is due at once
-    assert prose.probe_due() and prose.acceptance[0] > 0.05
+    assert [prose.probe_due() for _ in range(64)] == [False] * 63 + [True]
+    prose.checked(1, 1)  # a probe taken: half the wait (common words are taken now and then)
+    assert [prose.probe_due() for _ in range(32)] == [False] * 31 + [True]
+    assert prose.acceptance[0] > 0.05
+    prose.checked(1, 1)
+    prose.checked(1, 1)
+    assert sum(not prose.probe_due() for _ in range(8)) == 7
 
 
 def test_a_step_checks_the_draft_tokens_worth_their_rows():
