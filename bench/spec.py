@@ -7,10 +7,11 @@ Workloads (greedy, the same prompt token ids for both engines: llama.cpp's token
   prose  free text, where little repeats
 Row: decode tok/s after the first token ((tokens - 1) / (last chunk's time - first chunk's), tokens from the
 usage, since a chunk carries every token its step took), streamed,
-median of --reps. llama.cpp runs with its defaults except what prompt lookup needs: `logits_all=True`
+median of --reps; LexiEngine's two servers (with and without) are up together and their requests alternate.
+llama.cpp runs with its defaults except what prompt lookup needs: `logits_all=True`
 (else its score buffer overflows past n_batch) and `draft_model=LlamaPromptLookupDecoding(num_pred_tokens=K)`.
 
-    .venv/bin/python bench/spec.py [--model smollm2-135m-instruct] [--reps 3] [--spec-max 8] [--streams 4]
+    .venv/bin/python bench/spec.py [--model smollm2-135m-instruct] [--reps 5] [--spec-max 8] [--streams 4]
         [--no-append]
 
 `--streams N` adds LexiEngine rows for N concurrent copies of each workload, with and without (output tok/s over
@@ -170,26 +171,42 @@ def spec_counters(server: LexiServer) -> dict[str, float]:
     return out
 
 
-def run_lexi(path: str, spec: bool, spec_max: int, ids: dict, reps: int) -> tuple[dict, dict]:
-    """(workload -> decode rates, workload -> (accepted / proposed, draft tokens taken per checking step))."""
-    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ("--spec", "off")
-    server = LexiServer(Path(path), extra, ctx=CTX, parallel=1)
-    rates: dict[str, list[float]] = {}
+def lexi_servers(path: str, spec_max: int, parallel: int) -> dict[bool, LexiServer]:
+    """A server without speculation and one with `--spec ngram`, both up at once (the idle one waits on its socket),
+    so that their requests can alternate: a machine whose speed drifts over minutes moves both rows alike."""
+    servers: dict[bool, LexiServer] = {}
+    try:
+        for spec in (False, True):
+            extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ("--spec", "off")
+            servers[spec] = LexiServer(Path(path), extra, ctx=CTX, parallel=parallel)
+    except BaseException:
+        for server in servers.values():
+            server.close()
+        raise
+    return servers
+
+
+def run_lexi(path: str, spec_max: int, ids: dict, reps: int) -> tuple[dict, dict, dict]:
+    """(workload -> decode rates without, with speculation; workload -> (accepted / proposed, draft tokens taken per
+    checking step)); each workload's requests alternate between the two servers after one warm-up each."""
+    servers = lexi_servers(path, spec_max, 1)
+    rates: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
     acceptance: dict[str, tuple[float, float]] = {}
     try:
         for name, (_, n) in workloads().items():
-            before = spec_counters(server)
+            before = spec_counters(servers[True])
             for rep in range(reps + 1):
-                rate, _ = lexi_rate(server, ids[name], n)
-                if rep > 0:
-                    rates.setdefault(name, []).append(rate)
-            if spec:
-                after = spec_counters(server)
-                proposed, accepted, rows = (after[m] - before[m] for m in SPEC_METRICS)
-                acceptance[name] = (accepted / max(proposed, 1), accepted / max(rows, 1))
+                for spec, server in servers.items():
+                    rate, _ = lexi_rate(server, ids[name], n)
+                    if rep > 0:
+                        rates[spec].setdefault(name, []).append(rate)
+            after = spec_counters(servers[True])
+            proposed, accepted, rows = (after[m] - before[m] for m in SPEC_METRICS)
+            acceptance[name] = (accepted / max(proposed, 1), accepted / max(rows, 1))
     finally:
-        server.close()
-    return rates, acceptance
+        for server in servers.values():
+            server.close()
+    return rates[False], rates[True], acceptance
 
 
 def streams_rate(server: LexiServer, ids: list[int], n: int, streams: int) -> float:
@@ -202,26 +219,28 @@ def streams_rate(server: LexiServer, ids: list[int], n: int, streams: int) -> fl
     return sum(counts) / (time.perf_counter() - started)
 
 
-def run_lexi_streams(path: str, spec: bool, spec_max: int, ids: dict, reps: int, streams: int) -> dict:
-    """workload -> output tok/s of `streams` concurrent copies (a server with that many slots)."""
-    extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ("--spec", "off")
-    server = LexiServer(Path(path), extra, ctx=CTX, parallel=streams)
-    rates: dict[str, list[float]] = {}
+def run_lexi_streams(path: str, spec_max: int, ids: dict, reps: int, streams: int) -> tuple[dict, dict]:
+    """workload -> output tok/s of `streams` concurrent copies (servers with that many slots), without and with
+    speculation, alternating as `run_lexi` does."""
+    servers = lexi_servers(path, spec_max, streams)
+    rates: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
     try:
         for name, (_, n) in workloads().items():
             for rep in range(reps + 1):
-                rate = streams_rate(server, ids[name], n, streams)
-                if rep > 0:
-                    rates.setdefault(name, []).append(rate)
+                for spec, server in servers.items():
+                    rate = streams_rate(server, ids[name], n, streams)
+                    if rep > 0:
+                        rates[spec].setdefault(name, []).append(rate)
     finally:
-        server.close()
-    return rates
+        for server in servers.values():
+            server.close()
+    return rates[False], rates[True]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--spec-max", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--streams", type=int, default=4, help="concurrent copies for the batched rows (0: none)")
@@ -234,8 +253,7 @@ def main() -> None:
     llama_off = run_llama(path, 0, args.threads, args.reps)
     llama_on = run_llama(path, args.spec_max, args.threads, args.reps)
     ids = llama_off["ids"]
-    lexi_off, _ = run_lexi(path, False, args.spec_max, ids, args.reps)
-    lexi_on, acceptance = run_lexi(path, True, args.spec_max, ids, args.reps)
+    lexi_off, lexi_on, acceptance = run_lexi(path, args.spec_max, ids, args.reps)
     med = statistics.median
     lines = [
         f"### bench/spec.py, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}, {machine()}",
@@ -254,8 +272,7 @@ def main() -> None:
         )
         lines.append(f"| {name} | {len(ids[name])} | {cells} |")
     if args.streams > 0:
-        off = run_lexi_streams(path, False, args.spec_max, ids, args.reps, args.streams)
-        on = run_lexi_streams(path, True, args.spec_max, ids, args.reps, args.streams)
+        off, on = run_lexi_streams(path, args.spec_max, ids, args.reps, args.streams)
         lines += [
             "",
             f"{args.streams} concurrent copies of each workload (`--parallel {args.streams}`), output tok/s over the "
