@@ -105,19 +105,21 @@ class Speculator:
         Under --deterministic every draft is weighed by the prior (`untimed`): what a step holds then depends on
         the requests alone, so the other sequences' progress does too."""
         kept = [0] * len(wanted)
-        seeded = [self._sized_alone(seq) for seq, _ in wanted]
-        for i in (i for i in range(len(wanted)) if seeded[i]):
+
+        def probes(i: int) -> bool:  # a draft left out whose probe is due checks one token
+            return bool(lengths[i]) and not kept[i] and wanted[i][0].payload.pace.probe_due()
+
+        alone = [self._sized_alone(seq) for seq, _ in wanted]
+        for i in (i for i in range(len(wanted)) if alone[i]):
             kept[i] = worth_checking([lengths[i]], [acceptance[i]], 1, self.cost.prior(1), None)[0]
-            if lengths[i] and not kept[i] and wanted[i][0].payload.pace.probe_due():
-                kept[i] = 1
-        rows = [i for i in range(len(wanted)) if not seeded[i]]
+            kept[i] = 1 if probes(i) else kept[i]
+        rows = [i for i in range(len(wanted)) if not alone[i]]
         left = None if budget is None else max(budget - sum(kept), 0)
         part = worth_checking([lengths[i] for i in rows], [acceptance[i] for i in rows], decoding, cost, left)
         for i, n in zip(rows, part, strict=True):
             kept[i] = n
         for i in rows:
-            left = None if budget is None else budget - sum(kept)
-            if lengths[i] and not kept[i] and (left is None or left > 0) and wanted[i][0].payload.pace.probe_due():
+            if (budget is None or budget > sum(kept)) and probes(i):
                 kept[i] = 1
         return kept
 
