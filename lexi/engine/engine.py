@@ -50,6 +50,7 @@ class _Stream:
     ngram: NgramIndex | None = None  # where its tokens occur, for speculation's proposals (made on first use)
     draft_cursor: DraftCursor | None = None  # what the draft model has computed of it (--spec draft)
     pace: DraftPace = field(default_factory=DraftPace)  # how its drafts fared: what its next ones are worth
+    held_logprobs: list = field(default_factory=list)  # (where its text starts, logprob) of tokens not yet shown
 
     def push(self, item: CompletionDelta | BaseException) -> None:
         try:
@@ -276,8 +277,9 @@ class Engine:
             self.stats.ttft_count += 1
             self.stats.ttft_last_s = now - stream.submitted
             self.stats.ttft_sum_s += self.stats.ttft_last_s
-        text, reason, delivered = "", None, 0
+        text, reason, delivered, starts = "", None, 0, []
         for result in results:  # one token, or a draft's accepted tokens and the next: each until the output ends
+            starts.append(stream.output.decoded)
             constraint_done = False
             if stream.request.constraint is not None:
                 try:
@@ -296,7 +298,7 @@ class Engine:
             del seq.token_ids[len(seq.token_ids) - (len(results) - delivered) :]
         results = results[:delivered]
         token_ids = tuple(r.token_id for r in results)
-        logprobs = tuple(r.logprob for r in results if r.logprob is not None)
+        logprobs = self._shown_logprobs(stream, results, starts)
         if reason is not None:  # slot and blocks are back before the caller sees the last event
             self.stats.requests_finished += 1
             self._release(seq)
@@ -305,6 +307,21 @@ class Engine:
             text, token_ids, logprobs, reason, prompt_logprobs=prompt_logprobs, stop_string=stop_string
         )
         self._emit(seq, delta)
+
+    @staticmethod
+    def _shown_logprobs(stream: _Stream, results: list[SampleResult], starts: list[int]) -> tuple:
+        """The logprobs of the tokens whose text is now visible, held like the text itself: a token whose text
+        is held back (a possible stop string) waits, and the end-of-turn token and a cut stop string's tokens,
+        which show nothing, are never sent; so the entries spell the text, with or without speculation."""
+        held = stream.held_logprobs
+        held += [(start, r.logprob) for r, start in zip(results, starts, strict=True) if r.logprob is not None]
+        visible = stream.output.visible
+        shown = 0
+        while shown < len(held) and held[shown][0] < visible:
+            shown += 1
+        logprobs = tuple(lp for _, lp in held[:shown])
+        stream.held_logprobs = [] if stream.output.finish_reason is not None else held[shown:]
+        return logprobs
 
     def _release(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)

@@ -20,7 +20,17 @@ class Detokenizer(Protocol):
 class OutputProcessor:
     """Per-sequence state: feed each sampled token, get the text it releases and whether it finished."""
 
-    __slots__ = ("_detok", "_stops", "_eog", "_max_tokens", "_pending", "num_tokens", "finish_reason", "stop_string")
+    __slots__ = (
+        "_detok",
+        "_stops",
+        "_eog",
+        "_max_tokens",
+        "_pending",
+        "_released",
+        "num_tokens",
+        "finish_reason",
+        "stop_string",
+    )
 
     def __init__(
         self, detokenizer: Detokenizer, stop: tuple[str, ...], eog_ids: frozenset[int], max_tokens: int
@@ -30,12 +40,28 @@ class OutputProcessor:
         self._eog = eog_ids  # empty when the request ignores EOS
         self._max_tokens = max_tokens
         self._pending = ""  # decoded but not yet released (a possible stop-string start)
+        self._released = 0  # characters released so far
         self.num_tokens = 0
         self.finish_reason: str | None = None
         self.stop_string: str | None = None  # the stop string that ended the output (Anthropic's stop_sequence)
 
+    @property
+    def decoded(self) -> int:
+        """Characters decoded so far, released or held: where the next token's text begins."""
+        return self._released + len(self._pending)
+
+    @property
+    def visible(self) -> int:
+        """Characters released so far; once finished, where the visible text ends (a stop string cut before)."""
+        return self._released
+
     def feed(self, token_id: int, constraint_done: bool = False) -> str:
         """Text released by this token; sets finish_reason when generation ends here."""
+        text = self._step(token_id, constraint_done)
+        self._released += len(text)
+        return text
+
+    def _step(self, token_id: int, constraint_done: bool) -> str:
         assert self.finish_reason is None, "token fed after the sequence finished"
         self.num_tokens += 1
         if token_id in self._eog:

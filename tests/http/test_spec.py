@@ -208,3 +208,41 @@ def test_the_access_line_counts_a_requests_drafts(spec_servers):
     )
     line = next(line for line in off.output().splitlines() if "id=spec-access-2" in line)
     assert "drafts=" not in line and "tokens=" in line
+
+
+def test_logprobs_spell_the_text_when_a_stop_string_ends_inside_a_taken_draft(spec_servers):
+    """The stop string lies in the copied code, so a taken draft runs through it: the tokens after the cut and the
+    stop string's own were accepted but show nothing, so neither they nor their logprobs are sent (chat, streamed
+    chat, legacy completions), and the entries are those of the server without speculation."""
+    on, off = spec_servers["on"], spec_servers["off"]
+    stop = [" (width + h"]  # several whole tokens: the first ones are held back until the string completes
+    entries, texts = {}, {}
+    for name, server in (("on", on), ("off", off)):
+        before = server.metric("lexi_spec_accepted_tokens")
+        reply = client_of(server).chat.completions.create(
+            model="m", messages=COPY, max_tokens=60, temperature=0, logprobs=True, top_logprobs=2, stop=stop
+        )
+        choice = reply.choices[0]
+        texts[name] = choice.message.content
+        entries[name] = [(e.token, e.logprob) for e in choice.logprobs.content]
+        assert choice.finish_reason == "stop" and "perimeter" in texts[name], texts[name]
+        assert bytes(b for e in choice.logprobs.content for b in e.bytes).decode() == texts[name]
+        if name == "on":
+            assert server.metric("lexi_spec_accepted_tokens") > before
+    assert texts["on"] == texts["off"]
+    assert [t for t, _ in entries["on"]] == [t for t, _ in entries["off"]]
+    assert [v for _, v in entries["on"]] == pytest.approx([v for _, v in entries["off"]], abs=1e-3)
+    c = client_of(on)
+    streamed, spelled = "", b""
+    for chunk in c.chat.completions.create(
+        model="m", messages=COPY, max_tokens=60, temperature=0, logprobs=True, stream=True, stop=stop
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            streamed += chunk.choices[0].delta.content
+            spelled += bytes(b for e in chunk.choices[0].logprobs.content for b in e.bytes)
+    assert streamed == texts["on"] and spelled.decode() == streamed
+    legacy = c.completions.create(
+        model="m", prompt=CODE + CODE[:20], max_tokens=60, temperature=0, logprobs=1, stop=stop
+    )
+    assert legacy.choices[0].finish_reason == "stop" and "perimeter" in legacy.choices[0].text
+    assert "".join(legacy.choices[0].logprobs.tokens) == legacy.choices[0].text
