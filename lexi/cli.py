@@ -103,7 +103,7 @@ def _json_object(ctx, param, value):
 @click.option(
     "--spec",
     type=click.Choice(["off", "ngram", "draft"]),
-    default="off",
+    default="ngram",
     show_default=True,
     help="Speculative decoding: ngram proposes the continuation of the last tokens' earlier occurrence in the "
     "prompt + output, draft what --model-draft writes; checked in one step (output unchanged).",
