@@ -20,6 +20,7 @@ from lexi.chat.tools import Tool
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NEWLINE = "\\u000A?"
+NON_ASCII = "[\\u0080-\\uD7FF\\uE000-\\U0010FFFF]"  # one character outside ASCII (not a surrogate)
 
 
 def call_after_opener(tools: Sequence[Tool], form: str) -> str | None:
@@ -85,23 +86,25 @@ def _text_value(schema) -> tuple[str, tuple[int, int | None] | None]:
 
 
 def avoid(word: str) -> str:
-    """Any text that does not contain `word` (whose first character occurs in it only once)."""
+    """Any text that does not contain `word` (ASCII, its first character occurring in it only once).
+
+    A non-ASCII character, which cannot be part of the word, is one branch that every prefix state of the word
+    reaches: outlines-core does not minimise its DFA, so a non-ASCII character read in each prefix state's own
+    branch got its own UTF-8 continuation states (`</parameter>`: 102 states, each a pass over the vocabulary at
+    compile time); here they share one set."""
     first, rest = word[0], word[1:]
     assert first not in rest, "the construction needs a word whose first character does not recur"
+    assert word.isascii(), "the construction needs an ASCII word"
 
-    def other(*chars: str) -> str:
+    def other(*chars: str) -> str:  # an ASCII character other than `chars`
         cut = sorted({ord(c) for c in chars})
         ranges, start = [], 0
         for code in cut:
             if code > start:
                 ranges.append((start, code - 1))
             start = code + 1
-        ranges.append((start, 0x10FFFF))
-        pieces = []
-        for low, high in ranges:
-            for lo, hi in ((low, min(high, 0xD7FF)), (max(low, 0xE000), high)):
-                if lo <= hi:
-                    pieces.append(literal(chr(lo)) if lo == hi else f"{literal(chr(lo))}-{literal(chr(hi))}")
+        ranges.append((start, 0x7F))
+        pieces = [literal(chr(lo)) if lo == hi else f"{literal(chr(lo))}-{literal(chr(hi))}" for lo, hi in ranges]
         return "[" + "".join(pieces) + "]"
 
     # After the first character (state 1), a path back to state 0 reads a prefix of `rest` and then a
@@ -111,4 +114,5 @@ def avoid(word: str) -> str:
     restart = alt(literal(rest[:i]) + literal(first) for i in range(len(rest)))
     loop_at_one = f"(?:{restart})*"
     partial = alt(literal(rest[:i]) for i in range(len(rest)))  # stop inside a proper prefix of the word
-    return f"(?:{other(first)}|{literal(first)}{loop_at_one}{back})*(?:{literal(first)}{loop_at_one}{partial})?"
+    opened = f"{literal(first)}{loop_at_one}"
+    return f"(?:{other(first)}|(?:{opened}{partial})?{NON_ASCII}|{opened}{back})*(?:{opened}{partial})?"

@@ -54,3 +54,28 @@ def test_bounded_repeat_widens_past_the_budget_only():
     assert bounded_repeat(char, 0, fits + 1) == repeat(char, 0, None)
     assert bounded_repeat(char, fits + 5, None) == repeat(char, fits, None)  # at least as many as fit
     assert bounded_repeat(char, 0, 40, budget=10, always=40) == repeat(char, 0, 40)
+
+
+@pytest.mark.parametrize("word", ["</parameter>", "</tool_call>", "<x>"])
+def test_text_that_avoids_a_word_is_exact_and_shares_its_non_ascii_states(word, smollm2_tokenizer):
+    """The function form's raw values: any text without the closing tag, and nothing else (checked with Python's
+    own regex engine on random text full of the word's characters, non-ASCII ones and the word itself); a non-ASCII
+    character's UTF-8 states are shared by the word's prefixes, not repeated for each (102 states before, at
+    `</parameter>`: each a pass over the vocabulary when a call's index compiles)."""
+    import random
+    import re
+
+    from lexi.chat.call_regex import NON_ASCII, avoid
+
+    regex = avoid(word)
+    pattern = re.compile(regex)
+    alphabet = [*set(word), "a", "\n", "\x00", "\x7f", "\x80", "é", "中", "\U0001f600"]
+    rnd = random.Random(7)
+    for _ in range(20000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 24)))
+        if rnd.random() < 0.4:
+            at = rnd.randint(0, len(text))
+            text = text[:at] + word[: rnd.randint(1, len(word))] + text[at:]
+        assert (pattern.fullmatch(text) is not None) == (word not in text), (word, text)
+    assert dfa_states(regex) <= len(word) + dfa_states(f"(?:{NON_ASCII})*") + 8
+    assert dfa_states(regex) == index_states(regex, ConstraintVocabulary(smollm2_tokenizer))
