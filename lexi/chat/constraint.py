@@ -276,20 +276,26 @@ class TurnConstraint:
         counted, state = self._compiled.counted, self._guide.get_state()
         scan = self._counted_scan()
         progress = limit is not None and self._pending_chars > 0
-        keep = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
-        if limit is not None and not progress:
-            # near the budget: tokens whose next state still closes in time (items still needed counted)
-            if self._compiled.items is None:
-                near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit
-            else:
-                near = self._compiled.items.next_distances(state, self._need) <= limit
-            keep = keep & near if (keep & near).any() else keep
-        set_bits(row, scan.ids[keep])
+        if limit is None and scan.order is not None and scan.order.words.size <= row.size:
+            scan.order.fill(row.view(np.uint32), self._run)  # the same set, from the scan's tokens sorted by gain
+        else:
+            keep = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
+            if limit is not None and not progress:
+                # near the budget: tokens whose next state still closes in time (items still needed counted)
+                if self._compiled.items is None:
+                    near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit
+                else:
+                    near = self._compiled.items.next_distances(state, self._need) <= limit
+                keep = keep & near if (keep & near).any() else keep
+            set_bits(row, scan.ids[keep])
         hole = self._vocab.hole_id
         if hole is not None and limit is None and self._guide.accepts_tokens([hole]):
             # openers the guide would not take itself (where it does, as text, their count decides)
-            openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
-            or_bits(row, openers[~among(openers, scan.ids)])
+            outside = scan.memo.get("openers")
+            if outside is None:
+                openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
+                outside = scan.memo["openers"] = openers[~among(openers, scan.ids)]
+            or_bits(row, outside)
         if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
             or_bits(row, self._vocab.eog_ids)
 

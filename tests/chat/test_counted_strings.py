@@ -171,3 +171,45 @@ def test_walks_kept_at_load_serve_every_later_schema(compiler, vocab):
     for form in ("json", "function"):
         asyncio.run(compiler.constraint(plan_output(tools, form, None, None)))
     assert set(vocab.all_token_bytes.plain) == kept and len(kept) > 10
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_a_fill_by_gain_order_is_the_token_by_token_set(compiler, smollm2_tokenizer, vocab, form):
+    """A step's counted set is filled from the scan's tokens sorted by gain (`GainOrder`: only the runs a count rules
+    out are cleared); at every state of uniform walks, for the walk's own run and for random counts around both
+    bounds, it must be exactly the tokens `allowed` keeps comparing every token."""
+    from lexi.chat.counted_strings import Run
+    from lexi.chat.mask_bits import set_bits
+
+    size = smollm2_tokenizer.vocab_size
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    rnd, checked, cleared = np.random.default_rng(2), 0, 0
+    plan = plan_output(ToolSet((note_tool(20, 40),), ToolChoice("required"), parallel=False), form, None, None)
+    for _ in range(3):
+        constraint = asyncio.run(compiler.constraint(plan))
+        for _ in range(120):
+            if constraint.is_finished():
+                break
+            compiled = constraint._compiled
+            if compiled is not None and compiled.counted is not None and not constraint._free_rest:
+                scan = constraint._counted_scan()
+                # no counted arrays here: every scan of many tokens has its order (a few are compared one by one)
+                assert (scan.order is not None) == (int(scan.ok.sum()) >= 2048), int(scan.ok.sum())
+                run = constraint._run
+                runs = [run] if scan.order is not None else []
+                if run is not None and runs:
+                    for _ in range(6):
+                        arrivals = int(rnd.integers(0, 60))
+                        runs.append(Run(run.low, run.high, run.text, arrivals, run.start, int(rnd.integers(0, 4))))
+                for each in runs:
+                    want, got = np.zeros_like(row), np.zeros_like(row)
+                    set_bits(want, scan.ids[compiled.counted.allowed(scan, each)])
+                    scan.order.fill(got.view(np.uint32), each)
+                    assert np.array_equal(want, got), (each, np.flatnonzero(want != got)[:5])
+                    cleared += int(np.unpackbits(want.view(np.uint8)).sum()) < int(scan.ok.sum())
+                    checked += 1
+            token = int(rnd.choice(allowed_ids(constraint, row, size)))
+            constraint.advance(token)
+            if token in vocab.eog_ids:
+                break
+    assert checked > 100 and cleared > 20, (checked, cleared)
