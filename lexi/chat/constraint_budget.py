@@ -41,7 +41,7 @@ class ClosingTable:
         self.ends = distance.copy()  # the distance of the states that end the phase (UNREACHABLE elsewhere)
         src = np.concatenate([np.full(len(t), i, dtype=np.int64) for i, t in enumerate(targets)])
         dst = np.concatenate(targets)
-        pairs = np.unique(src * len(states) + dst)  # one edge per pair of states: tokens collapse
+        pairs = _distinct(src * len(states) + dst, len(states) ** 2)  # one edge per pair of states: tokens collapse
         self._edges = (pairs // len(states), pairs % len(states))
         distance = self._relax(distance)
         self._row = row
@@ -50,7 +50,8 @@ class ClosingTable:
         self._tokens, self._next, self._rows, worst = [], [], [], np.zeros(len(states), dtype=np.int64)
         for i, (ids, to) in enumerate(zip(tokens, targets, strict=True)):
             after = distance[to]
-            order = np.argsort(after, kind="stable")
+            small = len(after) and after.max() < 1 << 15  # numpy sorts 16-bit keys by radix: ~4x quicker
+            order = np.argsort(after.astype(np.int16) if small else after, kind="stable")
             self._tokens.append(ids[order].astype(np.int32))
             self._next.append(after[order])
             self._rows.append(to[order].astype(np.int32))
@@ -107,6 +108,16 @@ class ClosingTable:
     def allowed_within(self, state: int, limit: int) -> np.ndarray:
         """The tokens from `state` whose next state is at most `limit` tokens from the end."""
         return self.nearest(state, self.count_within(state, limit))
+
+
+def _distinct(codes: np.ndarray, size: int) -> np.ndarray:
+    """np.unique of `codes` (each below `size`): by a table of flags where it is small (an 8M-token state set: ~0.5 s
+    less of a compile at Gemma's vocabulary), else by sorting."""
+    if size > 1 << 24:
+        return np.unique(codes)
+    seen = np.zeros(size, dtype=bool)
+    seen[codes] = True
+    return np.flatnonzero(seen)
 
 
 def fewest_tokens(text: bytes, ids_of: dict[bytes, list[int]]) -> int:
