@@ -20,7 +20,7 @@ class EngineConfig:
     batch_size: int = 512  # prompt tokens prefilled per step, so running decodes keep flowing
     block_size: int = 16  # tokens per KV block
     queue_wait: float = 0.0  # seconds a request waits for a free slot before EngineBusy
-    spec: SpecConfig = SpecConfig()  # speculative decoding (lexi.engine.ngram); off by default
+    spec: SpecConfig = SpecConfig()  # speculative decoding (lexi.engine.ngram); off here, `serve` defaults to ngram
 
     def __post_init__(self) -> None:
         if not 1 <= self.parallel <= 256:
