@@ -12,7 +12,7 @@ llama.cpp runs with its defaults except what prompt lookup needs: `logits_all=Tr
 (else its score buffer overflows past n_batch) and `draft_model=LlamaPromptLookupDecoding(num_pred_tokens=K)`.
 
     .venv/bin/python bench/spec.py [--model smollm2-135m-instruct] [--reps 5] [--spec-max 8] [--streams 4]
-        [--no-append]
+        [--serve-args "--activations int8"] [--no-append]
 
 `--streams N` adds LexiEngine rows for N concurrent copies of each workload, with and without (output tok/s over
 the wall time). Prints the table and appends it, with date, commit and machine, to bench/RESULTS.md.
@@ -25,6 +25,7 @@ import datetime as dt
 import http.client
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -171,14 +172,14 @@ def spec_counters(server: LexiServer) -> dict[str, float]:
     return out
 
 
-def lexi_servers(path: str, spec_max: int, parallel: int) -> dict[bool, LexiServer]:
+def lexi_servers(path: str, spec_max: int, parallel: int, serve_args: tuple = ()) -> dict[bool, LexiServer]:
     """A server without speculation and one with `--spec ngram`, both up at once (the idle one waits on its socket),
     so that their requests can alternate: a machine whose speed drifts over minutes moves both rows alike."""
     servers: dict[bool, LexiServer] = {}
     try:
         for spec in (False, True):
             extra = ("--spec", "ngram", "--spec-max", str(spec_max)) if spec else ("--spec", "off")
-            servers[spec] = LexiServer(Path(path), extra, ctx=CTX, parallel=parallel)
+            servers[spec] = LexiServer(Path(path), (*extra, *serve_args), ctx=CTX, parallel=parallel)
     except BaseException:
         for server in servers.values():
             server.close()
@@ -186,10 +187,10 @@ def lexi_servers(path: str, spec_max: int, parallel: int) -> dict[bool, LexiServ
     return servers
 
 
-def run_lexi(path: str, spec_max: int, ids: dict, reps: int) -> tuple[dict, dict, dict]:
+def run_lexi(path: str, spec_max: int, ids: dict, reps: int, serve_args: tuple = ()) -> tuple[dict, dict, dict]:
     """(workload -> decode rates without, with speculation; workload -> (accepted / proposed, draft tokens taken per
     checking step)); each workload's requests alternate between the two servers after one warm-up each."""
-    servers = lexi_servers(path, spec_max, 1)
+    servers = lexi_servers(path, spec_max, 1, serve_args)
     rates: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
     acceptance: dict[str, tuple[float, float]] = {}
     try:
@@ -219,10 +220,12 @@ def streams_rate(server: LexiServer, ids: list[int], n: int, streams: int) -> fl
     return sum(counts) / (time.perf_counter() - started)
 
 
-def run_lexi_streams(path: str, spec_max: int, ids: dict, reps: int, streams: int) -> tuple[dict, dict]:
+def run_lexi_streams(
+    path: str, spec_max: int, ids: dict, reps: int, streams: int, serve_args: tuple = ()
+) -> tuple[dict, dict]:
     """workload -> output tok/s of `streams` concurrent copies (servers with that many slots), without and with
     speculation, alternating as `run_lexi` does."""
-    servers = lexi_servers(path, spec_max, streams)
+    servers = lexi_servers(path, spec_max, streams, serve_args)
     rates: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
     try:
         for name, (_, n) in workloads().items():
@@ -245,6 +248,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--streams", type=int, default=4, help="concurrent copies for the batched rows (0: none)")
     parser.add_argument("--no-append", action="store_true")
+    parser.add_argument("--serve-args", default="", help="more options for both of our servers ('--activations int8')")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
     from lexi.gguf.bundled import resolve_model
@@ -253,12 +257,14 @@ def main() -> None:
     llama_off = run_llama(path, 0, args.threads, args.reps)
     llama_on = run_llama(path, args.spec_max, args.threads, args.reps)
     ids = llama_off["ids"]
-    lexi_off, lexi_on, acceptance = run_lexi(path, args.spec_max, ids, args.reps)
+    serve_args = tuple(shlex.split(args.serve_args))
+    lexi_off, lexi_on, acceptance = run_lexi(path, args.spec_max, ids, args.reps, serve_args)
     med = statistics.median
     lines = [
         f"### bench/spec.py, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}, {machine()}",
         f"Model {args.model}, {args.threads} threads, greedy, decode tok/s after the first token (median of "
-        f"{args.reps}), --spec-max / num_pred_tokens {args.spec_max}.",
+        f"{args.reps}), --spec-max / num_pred_tokens {args.spec_max}"
+        + (f"; our servers also given `{args.serve_args}`." if args.serve_args else "."),
         "",
         "| workload | prompt tokens | llama.cpp off | llama.cpp lookup | lexi off | lexi --spec ngram | lexi on/off "
         "| lexi on / llama.cpp lookup | lexi accepted / proposed | draft tokens taken per check |",
@@ -272,7 +278,7 @@ def main() -> None:
         )
         lines.append(f"| {name} | {len(ids[name])} | {cells} |")
     if args.streams > 0:
-        off, on = run_lexi_streams(path, args.spec_max, ids, args.reps, args.streams)
+        off, on = run_lexi_streams(path, args.spec_max, ids, args.reps, args.streams, serve_args)
         lines += [
             "",
             f"{args.streams} concurrent copies of each workload (`--parallel {args.streams}`), output tok/s over the "
