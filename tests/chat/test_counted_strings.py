@@ -32,6 +32,22 @@ def note_tool(low: int, high: int | None) -> Tool:
     return Tool("note", None, schema, strict=False)
 
 
+def counted_states(constraint, vocab, size: int, rnd, steps: int = 120):
+    """A uniform walk of `constraint` (at most `steps` tokens), stopping at each state where its counted strings
+    apply (yielding the compiled index there) before taking the next token."""
+    row = np.zeros((size + 31) // 32, dtype=np.int32)
+    for _ in range(steps):
+        if constraint.is_finished():
+            return
+        compiled = constraint._compiled
+        if compiled is not None and compiled.counted is not None and not constraint._free_rest:
+            yield compiled
+        token = int(rnd.choice(allowed_ids(constraint, row, size)))
+        constraint.advance(token)
+        if token in vocab.eog_ids:
+            return
+
+
 def test_long_bounds_are_counted_not_widened():
     regex = SchemaRegex({"type": "string", "maxLength": 40}).regex()
     assert has_counted(regex)
@@ -127,35 +143,26 @@ def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokeniz
     taken again by the next schema's strings): at every state of uniform walks, over every allowed token, it must
     give what walking each token through opening, counting and closing strings gives."""
     size, skip = smollm2_tokenizer.vocab_size, {*vocab.eog_ids, vocab.hole_id}
-    row = np.zeros((size + 31) // 32, dtype=np.int32)
     rnd, checked = np.random.default_rng(1), 0
     for low, high in ((20, 40), (3, 250)):  # the second schema's strings have the first's shapes
         plan = plan_output(ToolSet((note_tool(low, high),), ToolChoice("required"), parallel=False), form, None, None)
         constraint = asyncio.run(compiler.constraint(plan))
-        for _ in range(120):
-            if constraint.is_finished():
-                break
-            compiled = constraint._compiled
-            if compiled is not None and compiled.counted is not None and not constraint._free_rest:
-                counted, state = compiled.counted, constraint._guide.get_state()
-                tokens = compiled.index.get_allowed_tokens(state) or []
-                ids = np.array([t for t in tokens if t < size and t not in skip], dtype=np.int64)
-                start, run = counted._row[state], constraint._run
-                scan = counted._scan(start, run, ids, vocab.all_token_bytes)
-                ok, exits, gain, seen, at_boundary = counted._full_walk(start, run, ids, vocab.all_token_bytes)
-                assert np.array_equal(scan.ok, ok)
-                for fast, full in (
-                    (scan.exits, exits),
-                    (scan.gain, gain),
-                    (scan.seen, seen),
-                    (scan.at_boundary, at_boundary),
-                ):
-                    assert np.array_equal(fast[ok], full[ok])  # what a token that is not ok does is never read
-                checked += 1
-            token = int(rnd.choice(allowed_ids(constraint, row, size)))
-            constraint.advance(token)
-            if token in vocab.eog_ids:
-                break
+        for compiled in counted_states(constraint, vocab, size, rnd):
+            counted, state = compiled.counted, constraint._guide.get_state()
+            tokens = compiled.index.get_allowed_tokens(state) or []
+            ids = np.array([t for t in tokens if t < size and t not in skip], dtype=np.int64)
+            start, run = counted._row[state], constraint._run
+            scan = counted._scan(start, run, ids, vocab.all_token_bytes)
+            ok, exits, gain, seen, at_boundary = counted._full_walk(start, run, ids, vocab.all_token_bytes)
+            assert np.array_equal(scan.ok, ok)
+            for fast, full in (
+                (scan.exits, exits),
+                (scan.gain, gain),
+                (scan.seen, seen),
+                (scan.at_boundary, at_boundary),
+            ):
+                assert np.array_equal(fast[ok], full[ok])  # what a token that is not ok does is never read
+            checked += 1
     assert checked > 50 and vocab.all_token_bytes.plain
 
 
@@ -182,34 +189,26 @@ def test_a_fill_by_gain_order_is_the_token_by_token_set(compiler, smollm2_tokeni
     from lexi.chat.mask_bits import set_bits
 
     size = smollm2_tokenizer.vocab_size
-    row = np.zeros((size + 31) // 32, dtype=np.int32)
     rnd, checked, cleared = np.random.default_rng(2), 0, 0
     plan = plan_output(ToolSet((note_tool(20, 40),), ToolChoice("required"), parallel=False), form, None, None)
     for _ in range(3):
         constraint = asyncio.run(compiler.constraint(plan))
-        for _ in range(120):
-            if constraint.is_finished():
-                break
-            compiled = constraint._compiled
-            if compiled is not None and compiled.counted is not None and not constraint._free_rest:
-                scan = constraint._counted_scan()
-                # no counted arrays here: every scan of many tokens has its order (a few are compared one by one)
-                assert (scan.order is not None) == (int(scan.ok.sum()) >= 2048), int(scan.ok.sum())
-                run = constraint._run
-                runs = [run] if scan.order is not None else []
-                if run is not None and runs:
-                    for _ in range(6):
-                        arrivals = int(rnd.integers(0, 60))
-                        runs.append(Run(run.low, run.high, run.text, arrivals, run.start, int(rnd.integers(0, 4))))
-                for each in runs:
-                    want, got = np.zeros_like(row), np.zeros_like(row)
-                    set_bits(want, scan.ids[compiled.counted.allowed(scan, each)])
-                    scan.order.fill(got.view(np.uint32), each)
-                    assert np.array_equal(want, got), (each, np.flatnonzero(want != got)[:5])
-                    cleared += int(np.unpackbits(want.view(np.uint8)).sum()) < int(scan.ok.sum())
-                    checked += 1
-            token = int(rnd.choice(allowed_ids(constraint, row, size)))
-            constraint.advance(token)
-            if token in vocab.eog_ids:
-                break
+        for compiled in counted_states(constraint, vocab, size, rnd):
+            scan, run = constraint._counted_scan(), constraint._run
+            # no counted arrays here: every scan of many tokens has its order (a few are compared one by one)
+            assert (scan.order is not None) == (int(scan.ok.sum()) >= 2048), int(scan.ok.sum())
+            if scan.order is None:
+                continue
+            runs = [run]
+            if run is not None:
+                for _ in range(6):
+                    arrivals = int(rnd.integers(0, 60))
+                    runs.append(Run(run.low, run.high, run.text, arrivals, run.start, int(rnd.integers(0, 4))))
+            for each in runs:
+                want, got = np.zeros((size + 31) // 32, dtype=np.int32), np.zeros((size + 31) // 32, dtype=np.int32)
+                set_bits(want, scan.ids[compiled.counted.allowed(scan, each)])
+                scan.order.fill(got.view(np.uint32), each)
+                assert np.array_equal(want, got), (each, np.flatnonzero(want != got)[:5])
+                cleared += int(np.unpackbits(want.view(np.uint8)).sum()) < int(scan.ok.sum())
+                checked += 1
     assert checked > 100 and cleared > 20, (checked, cleared)
