@@ -136,8 +136,10 @@ class TurnConstraint:
             return ("closing", self._compiled.serial, state, self._compiled.closing.count_within(state, limit), may_end)
         return ("guided", self._compiled.serial, state, may_end)
 
-    def fill_mask(self, row: np.ndarray) -> None:
-        """Write the set `mask_key` named as bits of `row` (int32 words)."""
+    def fill_mask(self, row: np.ndarray) -> tuple[bool, np.ndarray] | None:
+        """Write the set `mask_key` named as bits of `row` (int32 words); inside a counted string, also return the set
+        as ids, (False, the tokens it leaves out) or (True, those it allows), whichever are fewer, so the engine need
+        not read the row back."""
         forced = self._forced_closer()
         if forced is not None:
             set_bits(row, np.array(self._vocab.marker_steps(forced.closer, forced.held, forced.limit), dtype=np.int64))
@@ -160,8 +162,7 @@ class TurnConstraint:
         may_end = not self._started and phase.may_end_first
         limit = self._guided_limit()
         if self._counted_narrows():
-            self._fill_counted(row, limit, may_end)
-            return
+            return self._fill_counted(row, limit, may_end)
         if limit is not None:
             state = self._guide.get_state()
             set_bits(row, self._compiled.closing.allowed_within(state, limit).astype(np.int64))  # as the key says
@@ -271,13 +272,15 @@ class TurnConstraint:
         scan = self._counted_scan()
         return scan.narrows or (bool(self._items) and scan.items is not None and scan.items.touches)
 
-    def _fill_counted(self, row: np.ndarray, limit: int | None, may_end: bool) -> None:
-        """The guide's tokens that keep counted strings within bounds, narrowed to closing ones near the budget."""
+    def _fill_counted(self, row: np.ndarray, limit: int | None, may_end: bool) -> tuple[bool, np.ndarray] | None:
+        """The guide's tokens that keep counted strings within bounds, narrowed to closing ones near the budget; with
+        the scan's gain order, also the set as ids (see fill_mask)."""
         counted, state = self._compiled.counted, self._guide.get_state()
         scan = self._counted_scan()
         progress = limit is not None and self._pending_chars > 0
-        if limit is None and scan.order is not None and scan.order.words.size <= row.size:
-            scan.order.fill(row.view(np.uint32), self._run)  # the same set, from the scan's tokens sorted by gain
+        by_gain = limit is None and scan.order is not None and scan.order.words.size == row.size
+        if by_gain:
+            cut, kept = scan.order.fill(row.view(np.uint32), self._run)  # the same set, from the tokens by gain
         else:
             keep = counted.allowed(scan, self._run, progress_only=progress, top=self._top)
             if limit is not None and not progress:
@@ -289,15 +292,38 @@ class TurnConstraint:
                 keep = keep & near if (keep & near).any() else keep
             set_bits(row, scan.ids[keep])
         hole = self._vocab.hole_id
-        if hole is not None and limit is None and self._guide.accepts_tokens([hole]):
-            # openers the guide would not take itself (where it does, as text, their count decides)
-            outside = scan.memo.get("openers")
-            if outside is None:
-                openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
-                outside = scan.memo["openers"] = openers[~among(openers, scan.ids)]
-            or_bits(row, outside)
-        if (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0:
+        openers = hole is not None and limit is None and self._guide.accepts_tokens([hole])
+        if openers:  # openers the guide would not take itself (where it does, as text, their count decides)
+            or_bits(row, self._openers_outside(scan))
+        ends = (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0
+        if ends:
             or_bits(row, self._vocab.eog_ids)
+        if not by_gain:
+            return None
+        left_out = self._left_out(scan, openers, ends)
+        if kept is None or left_out.size + cut.size <= kept.size:
+            return False, np.concatenate((left_out, cut))
+        added = [*(self._openers_outside(scan) if openers else ()), *(self._vocab.eog_ids if ends else ())]
+        return True, np.concatenate((kept, np.asarray(added, dtype=np.int32)))
+
+    def _openers_outside(self, scan) -> np.ndarray:
+        """The container openers that are not among the scan's tokens (once per scan)."""
+        found = scan.memo.get("openers")
+        if found is None:
+            openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
+            found = scan.memo["openers"] = openers[~among(openers, scan.ids)]
+        return found
+
+    def _left_out(self, scan, openers: bool, ends: bool) -> np.ndarray:
+        """The row's tokens outside the scan's ok ones, less the openers and the end-of-output tokens a step adds
+        (once per scan and combination)."""
+        key = ("left out", openers, ends)
+        found = scan.memo.get(key)
+        if found is None:
+            added = [*(self._openers_outside(scan) if openers else ()), *(self._vocab.eog_ids if ends else ())]
+            outside = scan.order.outside
+            found = scan.memo[key] = outside[~np.isin(outside, np.asarray(added, dtype=np.int64))]
+        return found
 
     def _forced_closer(self) -> ForcedCloser | None:
         """The thought's closer, when its budget leaves no room for another free token; where the thought must

@@ -27,7 +27,7 @@ from outlines_core import Index
 
 from lexi.chat.counted_items import ArrayMarks, Items, ItemScan
 from lexi.chat.counted_regex import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
-from lexi.chat.mask_bits import clear_many
+from lexi.chat.mask_bits import clear_many, set_many
 from lexi.chat.plain_walk import TokenBytes, plain_walk
 from lexi.chat.regex_cost import byte_vocabulary
 from lexi.chat.regex_text import lit
@@ -89,6 +89,7 @@ class GainOrder:
 
     words: np.ndarray  # uint32, bit t of the packed row set for each ok token t
     groups: tuple  # (closes, seen, gains ascending (int32), their token ids (int32)) per non-empty group
+    outside: np.ndarray  # int32, every other token of the row (few inside a string: the closer's, control ones)
 
     @classmethod
     def of(cls, ids, ok, exits, gain, seen, vocab_size: int) -> GainOrder | None:
@@ -112,20 +113,29 @@ class GainOrder:
                 groups.append((code >= 2, bool(code & 1), gains, order_ids[first:last]))
         flags = np.zeros(-(-vocab_size // 32) * 32, dtype=bool)
         flags[order_ids] = True
-        return cls(np.packbits(flags, bitorder="little").view(np.uint32), tuple(groups))
+        outside = np.flatnonzero(~flags).astype(np.int32)
+        return cls(np.packbits(flags, bitorder="little").view(np.uint32), tuple(groups), outside)
 
-    def fill(self, words: np.ndarray, run: Run | None) -> None:
-        """Set the bits of the ok tokens that keep `run` within its bounds in `words` (a packed uint32 row)."""
-        words[: self.words.size] |= self.words
+    def fill(self, words: np.ndarray, run: Run | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Set the bits of the ok tokens that keep `run` within its bounds in `words` (a packed uint32 row); returns
+        the ok tokens the count rules out, and those it keeps (None: all of them)."""
         if run is None:
-            return
-        base, cut = run.arrivals - run.start, []
+            words[: self.words.size] |= self.words
+            return np.zeros(0, dtype=np.int32), None
+        base, cut, kept = run.arrivals - run.start, [], []
         for closes, reached, gains, ids in self.groups:
             shift = base + (0 if reached else run.last)  # count = shift + gain
-            cut.append(ids[np.searchsorted(gains, run.high - shift, side="right") :])
-            if closes:
-                cut.append(ids[: np.searchsorted(gains, run.low - shift, side="left")])
-        clear_many(words, np.concatenate(cut))
+            high = np.searchsorted(gains, run.high - shift, side="right")
+            low = np.searchsorted(gains, run.low - shift, side="left") if closes else 0
+            cut += [ids[:low], ids[high:]]
+            kept.append(ids[low:high])
+        cut, kept = np.concatenate(cut), np.concatenate(kept)
+        if kept.size < cut.size:  # at a bound few are left: set those
+            set_many(words, kept)
+        else:
+            words[: self.words.size] |= self.words
+            clear_many(words, cut)
+        return cut, kept
 
 
 _FEW_TOKENS = 2048  # a scan of fewer ok tokens is filled by comparing them all

@@ -30,6 +30,19 @@ def clear_bits(row: np.ndarray, ids) -> None:
             words[token_id >> 5] &= np.uint32(~(1 << (token_id & 31)) & 0xFFFFFFFF)
 
 
+def set_many(words: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of `ids` (each below words.size * 32) in a packed uint32 row: one at a time for a few, through
+    a packed row of them for many."""
+    if ids.size == 0:
+        return
+    if ids.size <= 2048:
+        np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+        return
+    flags = np.zeros(words.size * 32, dtype=bool)
+    flags[ids] = True
+    words |= np.packbits(flags, bitorder="little").view(np.uint32)
+
+
 def clear_many(words: np.ndarray, ids: np.ndarray) -> None:
     """Clear the bits of `ids` (each below words.size * 32) in a packed uint32 row: one at a time for a few, through
     a packed row of them for many."""

@@ -47,15 +47,21 @@ class TokenBitmask:
         self.misses = 0
 
     def compiled(self, key: Hashable, fill) -> CompiledMask:
-        """The mask named `key`; on a miss `fill(row)` writes its bits and the row is compiled."""
+        """The mask named `key`; on a miss `fill(row)` writes its bits and the row is compiled (or, where `fill`
+        returns the set as ids, allowed or left out, and they are the fewer, those are the mask)."""
         found = self._cache.get(key)
         if found is not None:
             self._cache.move_to_end(key)
             return found
         self.misses += 1
         self.row.fill(0)
-        fill(self.row)
-        found = self._compile(self.row)
+        named = fill(self.row)
+        if named is not None and named[1].size * 2 <= self.vocab_size:  # the fewer side, named: no unpacking
+            keep, ids = named
+            ids = torch.from_numpy(ids[ids < self.vocab_size].astype(np.int64))
+            found = CompiledMask(keep, ids.to(self.device))
+        else:
+            found = self._compile(self.row)
         self._cache[key] = found
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

@@ -25,9 +25,11 @@ class TokenConstraint(Protocol):
         """What the next step allows, named: None when nothing is restricted; equal keys (from any request of
         this engine) name equal sets, so the engine compiles each set once."""
 
-    def fill_mask(self, row: np.ndarray) -> None:
+    def fill_mask(self, row: np.ndarray) -> tuple[bool, np.ndarray] | None:
         """Write the set named by the last `mask_key` as bits of `row` (int32 words, zeroed; token t = bit
-        t%32 of word t//32). Called only when the engine has not compiled that key yet."""
+        t%32 of word t//32). Called only when the engine has not compiled that key yet. May also return the set
+        as ids when it knows them without reading the row back: (True, the ids it allows) or (False, every other
+        id of the row's bits)."""
 
     def advance(self, token_id: int) -> None:
         """The sampled token; the constraint moves to its next state (raises for a token it did not allow)."""

@@ -212,3 +212,38 @@ def test_a_fill_by_gain_order_is_the_token_by_token_set(compiler, smollm2_tokeni
                 cleared += int(np.unpackbits(want.view(np.uint8)).sum()) < int(scan.ok.sum())
                 checked += 1
     assert checked > 100 and cleared > 20, (checked, cleared)
+
+
+@pytest.mark.parametrize("form", ["json", "function"])
+def test_the_ids_a_counted_fill_names_are_the_rows_bits(compiler, smollm2_tokenizer, vocab, form):
+    """Inside a counted string a fill also names its set as ids, the tokens it leaves out or those it allows, so the
+    engine masks them without reading the row back (lexi.engine.bitmask): at every state of uniform walks they must
+    be exactly the row's unset (or set) bits, and the mask the engine compiles from them the one it compiles from
+    the row."""
+    import torch
+
+    from lexi.engine.bitmask import TokenBitmask
+
+    size = smollm2_tokenizer.vocab_size
+    rnd, named = np.random.default_rng(3), 0
+    for low, high in ((20, 40), (0, 256)):
+        plan = plan_output(ToolSet((note_tool(low, high),), ToolChoice("required"), parallel=False), form, None, None)
+        constraint = asyncio.run(compiler.constraint(plan))
+        for _ in counted_states(constraint, vocab, size, rnd, steps=160):
+            if constraint.mask_key() is None:
+                continue
+            row = np.zeros((size + 31) // 32, dtype=np.int32)
+            named_set = constraint.fill_mask(row)
+            if named_set is None:
+                continue
+            keep, ids = named_set
+            bits = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little") == keep)
+            assert np.array_equal(np.sort(ids), bits[bits < size]), keep
+            masks = [
+                TokenBitmask(size, torch.device("cpu"))._compile(row),
+                TokenBitmask(size, torch.device("cpu")).compiled("k", constraint.fill_mask),
+            ]
+            sets = [np.sort(m.ids.numpy()) if m.keep else np.setdiff1d(np.arange(size), m.ids.numpy()) for m in masks]
+            assert np.array_equal(*sets)
+            named += 1
+    assert named > 30, named
