@@ -24,8 +24,9 @@ from lexi.chat.constraint_budget import UNREACHABLE
 from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_items import Items
+from lexi.chat.counted_masks import named_set, openers_outside
 from lexi.chat.counted_strings import Run
-from lexi.chat.mask_bits import among, bit, clear_bits, or_bits, set_bits
+from lexi.chat.mask_bits import bit, clear_bits, or_bits, set_bits
 from lexi.chat.thought_budget import ForcedCloser, ThoughtWatch
 from lexi.held_back import held_back_length
 
@@ -294,36 +295,11 @@ class TurnConstraint:
         hole = self._vocab.hole_id
         openers = hole is not None and limit is None and self._guide.accepts_tokens([hole])
         if openers:  # openers the guide would not take itself (where it does, as text, their count decides)
-            or_bits(row, self._openers_outside(scan))
+            or_bits(row, openers_outside(scan, self._vocab))
         ends = (may_end or self._compiled.closing.is_final(state)) and self._pending_min == 0
         if ends:
             or_bits(row, self._vocab.eog_ids)
-        if not by_gain:
-            return None
-        left_out = self._left_out(scan, openers, ends)
-        if kept is None or left_out.size + cut.size <= kept.size:
-            return False, np.concatenate((left_out, cut))
-        added = [*(self._openers_outside(scan) if openers else ()), *(self._vocab.eog_ids if ends else ())]
-        return True, np.concatenate((kept, np.asarray(added, dtype=np.int32)))
-
-    def _openers_outside(self, scan) -> np.ndarray:
-        """The container openers that are not among the scan's tokens (once per scan)."""
-        found = scan.memo.get("openers")
-        if found is None:
-            openers = np.asarray(self._vocab.container_openers, dtype=np.int64)
-            found = scan.memo["openers"] = openers[~among(openers, scan.ids)]
-        return found
-
-    def _left_out(self, scan, openers: bool, ends: bool) -> np.ndarray:
-        """The row's tokens outside the scan's ok ones, less the openers and the end-of-output tokens a step adds
-        (once per scan and combination)."""
-        key = ("left out", openers, ends)
-        found = scan.memo.get(key)
-        if found is None:
-            added = [*(self._openers_outside(scan) if openers else ()), *(self._vocab.eog_ids if ends else ())]
-            outside = scan.order.outside
-            found = scan.memo[key] = outside[~np.isin(outside, np.asarray(added, dtype=np.int64))]
-        return found
+        return named_set(scan, self._vocab, openers, ends, cut, kept) if by_gain else None
 
     def _forced_closer(self) -> ForcedCloser | None:
         """The thought's closer, when its budget leaves no room for another free token; where the thought must

@@ -5,11 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 
+def _packed(words: int, ids: np.ndarray) -> np.ndarray:
+    """A packed uint32 row of `words` words with the bits of `ids` set (ids past the row left out)."""
+    flags = np.zeros(words * 32, dtype=bool)
+    flags[ids[ids < flags.size]] = True
+    return np.packbits(flags, bitorder="little").view(np.uint32)
+
+
 def set_bits(row: np.ndarray, ids: np.ndarray) -> None:
     """Set the bits of `ids` in a packed int32 row (token t = bit t%32 of word t//32)."""
-    flags = np.zeros(row.size * 32, dtype=bool)
-    flags[ids[ids < flags.size]] = True
-    row |= np.packbits(flags, bitorder="little").view(np.int32)
+    row |= _packed(row.size, ids).view(np.int32)
 
 
 def bit(row: np.ndarray, token_id: int) -> bool:
@@ -33,27 +38,21 @@ def clear_bits(row: np.ndarray, ids) -> None:
 def set_many(words: np.ndarray, ids: np.ndarray) -> None:
     """Set the bits of `ids` (each below words.size * 32) in a packed uint32 row: one at a time for a few, through
     a packed row of them for many."""
-    if ids.size == 0:
-        return
-    if ids.size <= 2048:
+    if ids.size <= _FEW:
         np.bitwise_or.at(words, ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
-        return
-    flags = np.zeros(words.size * 32, dtype=bool)
-    flags[ids] = True
-    words |= np.packbits(flags, bitorder="little").view(np.uint32)
+    else:
+        words |= _packed(words.size, ids)
 
 
 def clear_many(words: np.ndarray, ids: np.ndarray) -> None:
-    """Clear the bits of `ids` (each below words.size * 32) in a packed uint32 row: one at a time for a few, through
-    a packed row of them for many."""
-    if ids.size == 0:
-        return
-    if ids.size <= 2048:
+    """Clear the bits of `ids` (each below words.size * 32) in a packed uint32 row, as `set_many` sets them."""
+    if ids.size <= _FEW:
         np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
-        return
-    flags = np.zeros(words.size * 32, dtype=bool)
-    flags[ids] = True
-    words &= ~np.packbits(flags, bitorder="little").view(np.uint32)
+    else:
+        words &= ~_packed(words.size, ids)
+
+
+_FEW = 2048  # ids set one at a time (numpy's ufunc.at) rather than through a packed row of the whole vocabulary
 
 
 def among(ids: np.ndarray, members: np.ndarray) -> np.ndarray:
