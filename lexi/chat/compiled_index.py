@@ -5,6 +5,7 @@ from __future__ import annotations
 from outlines_core import Index
 
 from lexi.chat.constraint_budget import ClosingTable
+from lexi.chat.counted_items import Items
 from lexi.chat.counted_strings import CountedStrings
 from lexi.chat.item_closing import ItemClosing
 
@@ -34,11 +35,12 @@ class CompiledIndex:
         """Fewest tokens from `state` to the end of the phase, the innermost counted array needing `need` commas."""
         return self.closing.distance(state) if self.items is None else self.items.distance(state, need)
 
-    def free(self, state: int, need: int, limit: int) -> bool:
-        """Whether every token allowed at `state` leads at most `limit` tokens from the end (the cheap bound first)."""
+    def free(self, state: int, need: int, limit: int, top: Items | None = None) -> bool:
+        """Whether every token allowed at `state` leads at most `limit` tokens from the end (the cheap bound first);
+        `top`: the innermost counted array open."""
         if self.items is None:
             return self.closing.worst(state) <= limit
-        return self.items.worst_at_most(state, need) <= limit or self.items.worst(state, need) <= limit
+        return self.items.worst_at_most(state, need, top) <= limit or self.items.worst(state, need, top) <= limit
 
     def terminal(self, state: int, eos_id: int) -> bool:
         """An accepting state from which nothing but the end of output may follow (computed once per state)."""

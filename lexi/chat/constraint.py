@@ -221,7 +221,7 @@ class TurnConstraint:
         compiled = self._compiled
         # the next state must be this near the end of the phase (and of a counted string's minimum length)
         limit = self._left - 1 - self._next_cost - self._pending_min
-        if compiled.free(state, self._need, limit):
+        if compiled.free(state, self._need, limit, self._top):
             return None
         optional = not self._started and self._current.may_end_first
         if limit < compiled.distance(state, self._need) - 1 and not optional:
@@ -289,7 +289,7 @@ class TurnConstraint:
                 if self._compiled.items is None:
                     near = self._compiled.closing.next_distances(state)[self._scanned(state)] <= limit
                 else:
-                    near = self._compiled.items.next_distances(state, self._need) <= limit
+                    near = self._compiled.items.next_distances(state, self._need, self._top) <= limit
                 keep = keep & near if (keep & near).any() else keep
             set_bits(row, scan.ids[keep])
         hole = self._vocab.hole_id

@@ -117,7 +117,8 @@ class ConstraintCompiler:
         def scan(state: int):
             return counted.arrays.scan(counted.row(state), self._scanned(closing, state), bytes_)
 
-        return ItemClosing(closing, states, scan, counted.most_needed())
+        branch = counted.arrays.branch_low
+        return ItemClosing(closing, states, scan, counted.most_needed(), lambda state: int(branch[counted.row(state)]))
 
     def _compile(self, regex: str) -> CompiledIndex:
         started = time.perf_counter()

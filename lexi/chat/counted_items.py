@@ -10,10 +10,11 @@ k + 1 >= min.
 
 Where anyOf branches' arrays share a `[`, every array there is marked (`schema_regex`): the count opens with the
 loosest bounds of those branches, and each comma names the loosest of the branches the items so far still fit, so
-once the items tell the branches apart, the bounds are the branch's own. A token is checked against the bounds
-before it, never tighter than the true ones. Where the items cannot tell the branches apart (`anyOf` of two arrays
-of integers, `minItems: 20` or `maxItems: 5`), the counts allowed are not one range and the loosest is kept:
-widened, as nothing beside the automaton knows which branch is meant.
+once the items tell the branches apart, the bounds are the branch's own; where the first item already does (an
+integer where the other branch holds strings), its state takes them (`branch_low`) and the budget counts from it.
+A token is checked against the bounds before it, never tighter than the true ones. Where the items cannot tell the
+branches apart (`anyOf` of two arrays of integers, `minItems: 20` or `maxItems: 5`), the counts allowed are not one
+range and the loosest is kept: widened, as nothing beside the automaton knows which branch is meant.
 
 A state's tokens are scanned once: those holding a comma or a bracket are walked byte by byte (no other token can
 touch a count), giving what each does to the innermost array open before it (commas added, closed or not). A token
@@ -84,7 +85,35 @@ class ArrayMarks:
         self.item, self.end = _single(table, ITEM), _single(table, ARRAY_END)
         self.item_low, self.item_high = read(ITEM)  # the bounds a comma names (anyOf branches told apart by then)
         self.present = bool(self.opens.any())
+        self.branch_low, self.branch_high = self._branch_bounds() if self.present else (self.low, self.high)
         self._structural: tuple[int, np.ndarray] | None = None
+
+    def _branch_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the bounds the next comma of the innermost counted array names, where every way to such a comma
+        names the same minimum: the items so far have told anyOf branches apart (-1 elsewhere). A way through a
+        counted array opened inside the item, or past its `]`, names nothing known."""
+        n, big = len(self._table), np.iinfo(np.int64).max // 4
+        known = self.item & (self.item_low >= 0)
+        least = np.where(known, self.item_low, np.where(self.item | self.opens, 0, big))
+        most = np.where(known, self.item_low, np.where(self.item | self.opens, big, -1))
+        high = np.where(known, self.item_high, -1)
+        fixed = self.item | self.opens | self.end
+        src, byte = np.nonzero(self._table >= 0)
+        pairs = np.unique(src * n + self._table[src, byte])  # many bytes lead to the same state: each pair once
+        keep = ~fixed[pairs // n]
+        src, dst = pairs[keep] // n, pairs[keep] % n
+        for _ in range(n + 1):
+            moved = (least.copy(), most.copy(), high.copy())
+            np.minimum.at(moved[0], src, least[dst])
+            np.maximum.at(moved[1], src, most[dst])
+            np.maximum.at(moved[2], src, high[dst])
+            if all(np.array_equal(a, b) for a, b in zip(moved, (least, most, high), strict=True)):
+                break
+            least, most, high = moved
+        else:  # not settled (a very long item): no branch is taken as told apart
+            return np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        told = (least == most) & (least < big)
+        return np.where(told, least, -1), np.where(told, high, -1)
 
     def step(self, nxt: int, items: tuple[Items, ...]) -> tuple[Items, ...]:
         """The stack after arriving at row `nxt`."""
@@ -97,6 +126,9 @@ class ArrayMarks:
             return (*items[:-1], Items(low, high, top.commas + 1))
         if self.end[nxt] and items:
             return items[:-1]
+        if items and self.branch_low[nxt] > items[-1].low:  # the first item told the branches apart: their bounds
+            top, high = items[-1], int(self.branch_high[nxt])
+            return (*items[:-1], Items(int(self.branch_low[nxt]), min(top.high, high), top.commas))
         return items
 
     def scan(self, start: int, ids: np.ndarray, vocab_bytes) -> ItemScan:
@@ -140,6 +172,8 @@ class ArrayMarks:
             closed[act[end & ~open_inner]] = True
             cur[act] = nxt
         ok[picked], commas[picked], closes[picked] = good, added, closed
+        # an array opened in the token counts from its branch's minimum where its first item told anyOf branches apart
+        inner_low = np.maximum(inner_low, self.branch_low[cur])
         left_open[picked] = np.where(inner, np.maximum(inner_low - inner_commas - 1, 0), -1)
         touches = bool(((commas > 0) | closes)[ok].any())
         return ItemScan(ok, commas, closes, touches, left_open)

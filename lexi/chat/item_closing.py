@@ -15,9 +15,11 @@ length some output reaches: from any state some token leads to a state at most o
 tokens left cover the distance, allowing only tokens whose next state is within the tokens left always closes.
 
 Where counted arrays nest, a `]` of the inner one leaves the outer at k = 0 here; the constraint adds the outer
-arrays' needs times `per_item` on top (a figure, not a guarantee, for that rare shape). So it is where anyOf
-branches' arrays share a `[`: the need opens as the loosest branch's, and a comma that tells the branches apart
-may raise it (`counted_items`).
+arrays' needs times `per_item` on top (a figure, not a guarantee, for that rare shape). Where anyOf branches'
+arrays share a `[`, the need opens as the loosest branch's; a token whose next state tells the branches apart
+(`ArrayMarks.branch_low`: every comma ahead names one minimum) needs its branch's items from there on: an array it
+opens counts them in the scan, and a token of the array open is raised at query time (`next_distances`, with the
+walk's own count). The table's own figures at the shared `[` stay the loosest branch's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable
-from lexi.chat.counted_items import ItemScan
+from lexi.chat.counted_items import Items, ItemScan
 
 MAX_LAYERS = 320  # exact up to minItems 321; past it a layer is extrapolated by `per_item`
 _MAX_WORST = 4096  # (state, need) pairs whose worst next distance is kept
@@ -37,11 +39,22 @@ _MAX_PASSES = 8  # an array opened inside a loop depends on layers computed afte
 class ItemClosing:
     """Per state of a compiled index and commas still needed, the fewest tokens to the end of its phase."""
 
-    def __init__(self, closing: ClosingTable, state_ids: list[int], scan: Callable[[int], ItemScan], most: int) -> None:
+    def __init__(
+        self,
+        closing: ClosingTable,
+        state_ids: list[int],
+        scan: Callable[[int], ItemScan],
+        most: int,
+        branch_low: Callable[[int], int] = lambda state: -1,
+    ) -> None:
         """`state_ids`: every state of the closing table; `scan(state)`: what each of its text tokens (the closing
         table's order, text only: `ConstraintVocabulary.text_among`) does to counted arrays; `most`: the largest
-        number of commas any counted array needs."""
+        number of commas any counted array needs; `branch_low(state)`: the minimum of the innermost counted array
+        once the items at `state` have told anyOf branches apart (`ArrayMarks.branch_low`; -1: not told)."""
         self._closing = closing
+        self._branch = np.full(len(closing.ends), -1, dtype=np.int64)
+        for state in state_ids:
+            self._branch[closing.row(state)] = branch_low(state)
         self.layers = max(1, min(most, MAX_LAYERS))
         self._edges: dict[int, tuple] = {}  # row -> (text tokens, ok positions, next rows, commas, closes, opens)
         parts = []
@@ -68,9 +81,13 @@ class ItemClosing:
             )
         )
         self._all = (src, dst, commas, closes.astype(bool), opens)
+        # per row, the largest minimum a next state of the same array names (opening tokens count theirs in `opens`)
+        self._branch_most = np.full(n, -1, dtype=np.int64)
+        level = (opens < 0) & ~self._all[3]
+        np.maximum.at(self._branch_most, src[level], self._branch[dst[level]])
         self.per_item = 0
         self._table = self._solve()
-        self._worst: dict[tuple[int, int], int] = {}
+        self._worst: dict[tuple[int, int, Items | None], int] = {}
         # per row, the worst next distance at k = 0: at k it is at most this + k * per_item (a step is free below it)
         layer = self._target(0, commas, closes, opens)
         self._loose = np.zeros(len(closing.ends), dtype=np.int64)
@@ -128,24 +145,38 @@ class ItemClosing:
         row = self._closing.row(state)
         return int(self._value(self._table, np.array([need]), np.array([row]))[0])
 
-    def next_distances(self, state: int, need: int) -> np.ndarray:
+    def next_distances(self, state: int, need: int, top: Items | None = None) -> np.ndarray:
         """For each of the state's text tokens (`ArrayMarks.scan`'s order), how far its next state is from the end
-        (UNREACHABLE for a token the count does not allow)."""
+        (UNREACHABLE for a token the count does not allow). `top`: the innermost counted array as the walk holds
+        it; a token whose next state tells anyOf branches apart needs that branch's items from there on."""
         size, positions, nxt, commas, closes, opens = self._edges[self._closing.row(state)]
+        layer = self._target(need, commas, closes, opens)
+        if self._raises(state, top):
+            branch = self._branch[nxt]
+            told = (branch > top.low) & (opens < 0) & ~closes & (layer >= 0)
+            layer = np.where(told, np.maximum(branch - top.commas - commas - 1, 0), layer)
         out = np.full(size, UNREACHABLE, dtype=np.int64)
-        out[positions] = self._value(self._table, self._target(need, commas, closes, opens), nxt)
+        out[positions] = self._value(self._table, layer, nxt)
         return out
 
-    def worst_at_most(self, state: int, need: int) -> int:
-        """A bound on `worst` that costs nothing: each comma needed adds at most `per_item` to any next state."""
+    def _raises(self, state: int, top: Items | None) -> bool:
+        """Whether a token at `state` may tell anyOf branches apart and raise the innermost array's minimum."""
+        return top is not None and bool(self._branch_most[self._closing.row(state)] > top.low)
+
+    def worst_at_most(self, state: int, need: int, top: Items | None = None) -> int:
+        """A bound on `worst` that costs nothing: each comma needed adds at most `per_item` to any next state (where
+        a token may raise the need, the exact figure)."""
+        if self._raises(state, top):
+            return self.worst(state, need, top)
         return int(self._loose[self._closing.row(state)]) + need * self.per_item
 
-    def worst(self, state: int, need: int) -> int:
+    def worst(self, state: int, need: int, top: Items | None = None) -> int:
         """The largest distance an allowed token leads to (with more tokens left than that, a step is free)."""
-        key = (state, need)
+        top = top if self._raises(state, top) else None  # else the figure is the plain one
+        key = (state, need, top)
         found = self._worst.get(key)
         if found is None:
-            after = self.next_distances(state, need)
+            after = self.next_distances(state, need, top)
             found = int(after[after < UNREACHABLE].max(initial=0))
             if len(self._worst) >= _MAX_WORST:
                 self._worst.clear()

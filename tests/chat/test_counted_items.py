@@ -316,3 +316,41 @@ def test_a_forced_call_with_thirty_items_closes_in_the_shortest_budget(compiler,
         output.feed(smollm2_tokenizer.decode(ids), len(ids), "stop")  # raises for a call outside the schema
         (call,) = output.calls
         assert call.name == "tag" and 30 <= len(json.loads(call.arguments)["xs"]) <= 40
+
+
+SHARED_BRACKET = {
+    "type": "object",
+    "properties": {
+        "a": {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer"}, "minItems": 6},
+                {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            ]
+        }
+    },
+    "required": ["a"],
+}
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2, 4])
+def test_a_first_item_telling_branches_apart_takes_its_branch_need_at_once(compiler, smollm2_tokenizer, vocab, extra):
+    """At a `[` that two anyOf branches share, the count opens with the loosest minimum (2 strings); an integer as the
+    first item picks the branch of 6. Its need counts from that token, not from the first comma: with a budget a
+    few tokens past the shortest output, walks that start on integers they cannot finish are steered away in time.
+    (Measured before: `{"a": [1, 2, 3,` ran out at max_tokens 14 and 16, 7 of 8 seeds, over the server.)"""
+    plan = plan_output(None, "json", ResponseFormat("json_schema", SHARED_BRACKET, "answer"), None)
+    size = smollm2_tokenizer.vocab_size
+    budget = asyncio.run(compiler.constraint(plan)).closing_distance() + extra
+    for seed in range(8):
+        constraint = asyncio.run(compiler.constraint(plan, budget))
+        ids, ended = budget_walk(constraint, vocab, size, budget, seed)
+        assert ended == "finished", smollm2_tokenizer.decode(ids)
+        jsonschema.validate(json.loads(smollm2_tokenizer.decode(ids)), SHARED_BRACKET)
+    start = smollm2_tokenizer.encode('{"a": [')
+    constraint = asyncio.run(compiler.constraint(plan))
+    for token in start:
+        constraint.advance(token)
+    before = constraint.closing_distance()
+    constraint.advance(smollm2_tokenizer.encode("1")[0])
+    assert constraint.closing_distance() >= 2 * 5 + 1  # five more `,N` and the `]}`: the branch of six integers
+    assert before <= 2 * 1 + 2 + 1  # `"",""]}`-ish: the string branch is the shorter way from the shared `[`

@@ -202,3 +202,39 @@ def test_a_forced_call_of_thirty_items_closes_in_the_shortest_budget(tools_clien
         assert call.function.name == "tag" and reply.choices[0].finish_reason == "tool_calls", reply
         jsonschema.validate(json.loads(call.function.arguments), TAGS)
         assert reply.usage.completion_tokens <= budget
+
+
+SHARED_BRACKET = {  # two anyOf arrays share their `[`: the count opens at the strings' minimum (2)
+    "type": "object",
+    "properties": {
+        "a": {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer"}, "minItems": 6},
+                {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            ]
+        }
+    },
+    "required": ["a"],
+}
+
+
+@pytest.mark.parametrize("max_tokens", [14, 16])
+def test_an_answer_whose_first_item_picks_the_longer_branch_still_closes(tools_client, max_tokens):
+    """Measured before the fix: `{ "a": [1, 2, 3,` cut by max_tokens for 7 seeds of 8 at 14 and 16 tokens (the
+    integers' six items were counted from the first comma, too late); the strings' branch fits in ~10."""
+    client, model = tools_client
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Write the JSON."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SHARED_BRACKET}},
+            temperature=1.0,
+            seed=seed,
+            max_tokens=max_tokens,
+        ),
+        range(8),
+    )
+    for reply in replies:
+        assert reply.choices[0].finish_reason == "stop", reply
+        jsonschema.validate(json.loads(reply.choices[0].message.content), SHARED_BRACKET)
+        assert reply.usage.completion_tokens <= max_tokens
