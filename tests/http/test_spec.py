@@ -46,8 +46,27 @@ def test_greedy_text_is_the_same_with_fewer_steps(spec_servers):
     assert steps["off"] == 0 and steps["on"] > 0
     accepted, proposed = on.metric("lexi_spec_accepted_tokens"), on.metric("lexi_spec_proposed_tokens")
     assert 0 < accepted <= proposed
-    _, text, _ = on.get("/metrics")  # draft tokens not worth checking, and the most rows of a batched step
-    assert "\nlexi_spec_budget_cut_tokens " in text and "\nlexi_spec_batch_rows_max " in text
+
+
+def test_two_copies_at_once_share_the_step_budget(spec_servers):
+    """Two sequences decoding together: their drafts share the rows the CPU kernels take on their cheap path (8 rows:
+    GEMV_MAX_M), so a step feeds more than their two tokens but never past 8, and what the lookups proposed past that
+    is counted as cut; both answers are still the server without speculation's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    on, off = spec_servers["on"], spec_servers["off"]
+    want = client_of(off).chat.completions.create(model="m", messages=COPY, max_tokens=60, temperature=0)
+    cut = on.metric("lexi_spec_budget_cut_tokens")
+
+    def ask(_):
+        return client_of(on).chat.completions.create(model="m", messages=COPY, max_tokens=60, temperature=0)
+
+    with ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(ask, range(2)))
+    for reply in replies:
+        assert reply.choices[0].message.content == want.choices[0].message.content
+    assert 2 < on.metric("lexi_spec_batch_rows_max") <= 8
+    assert on.metric("lexi_spec_budget_cut_tokens") > cut  # two 8-token drafts do not fit 8 rows with two tokens
 
 
 def test_streamed_text_with_speculation_is_the_whole_text(spec_servers):
