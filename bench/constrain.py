@@ -46,7 +46,7 @@ from lexi.chat.constraint_plan import plan_output  # noqa: E402
 from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
 from lexi.chat.counted_examples import counted_examples  # noqa: E402
 from lexi.chat.counted_strings import CountedStrings  # noqa: E402
-from lexi.chat.regex_cost import dfa_states  # noqa: E402
+from lexi.chat.regex_cost import dfa_states, repeat_budget  # noqa: E402
 from lexi.chat.response_format import ResponseFormat  # noqa: E402
 from lexi.chat.schema_regex import SchemaRegex  # noqa: E402
 from lexi.chat.tools import Tool, ToolChoice, ToolSet  # noqa: E402
@@ -170,10 +170,11 @@ MAX_COMPILED = 200_000_000  # states x tokens (~10 s of compile) past which a re
 
 
 def bound_rows(name: str, vocab: ConstraintVocabulary, repeats: int = 3) -> list[str]:
-    """| model | schema | regex | states | cold compile p50 ms | per state ms |, as translated and written out."""
+    """| model | schema | regex | states | cold compile p50 ms | per state ms |, as translated (with the repeat budget
+    the server gives this vocabulary: `regex_cost.repeat_budget`) and written out."""
     rows = []
     for label, schema in BOUNDS.items():
-        translated = SchemaRegex(schema).regex()
+        translated = SchemaRegex(schema, repeat_budget(vocab.size)).regex()
         for mode, regex in (("as translated", translated), ("written out", SchemaRegex(schema, 10**9).regex())):
             if mode == "written out" and regex == translated:
                 continue
@@ -192,19 +193,22 @@ def bound_rows(name: str, vocab: ConstraintVocabulary, repeats: int = 3) -> list
     return rows
 
 
-def plans() -> dict[str, object]:
+def plans(vocab_size: int = 0) -> dict[str, object]:
+    """The plans whose costs are measured, translated with the repeat budget a server gives `vocab_size` tokens."""
+    budget = repeat_budget(vocab_size)
+
     def fmt(schema):
-        return plan_output(None, "json", ResponseFormat("json_schema", schema, "x"), None)
+        return plan_output(None, "json", ResponseFormat("json_schema", schema, "x"), None, budget)
 
     tools = ToolSet((Tool("get_weather", None, WEATHER, False),), ToolChoice("required"), parallel=False)
     notes = ToolSet((Tool("note", None, NOTE, False),), ToolChoice("required"), parallel=False)
     return {
-        "tool call (weather, required)": plan_output(tools, "json", None, None),
-        "tool call (note: counted 20..40 and 0..256 strings)": plan_output(notes, "json", None, None),
-        "function-form call (note: counted strings)": plan_output(notes, "function", None, None),
+        "tool call (weather, required)": plan_output(tools, "json", None, None, budget),
+        "tool call (note: counted 20..40 and 0..256 strings)": plan_output(notes, "json", None, None, budget),
+        "function-form call (note: counted strings)": plan_output(notes, "function", None, None, budget),
         "json_schema person": fmt(PERSON),
         "json_schema counted items (20..40 objects, 0..256 digits)": fmt(ITEMS),
-        "json_object": plan_output(None, "json", ResponseFormat("json_object"), None),
+        "json_object": plan_output(None, "json", ResponseFormat("json_object"), None, budget),
         "json_schema large order form": fmt(LARGE),
     }
 
@@ -320,7 +324,7 @@ def measure(name: str, masks_only: bool = False, only_plans: str = "") -> tuple[
         CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
     print(f"{name}: counted strings' insides walked in {time.perf_counter() - start:.2f} s (at load)", flush=True)
     rows = []
-    for label, plan in plans().items():
+    for label, plan in plans(vocab.size).items():
         if only_plans not in label:
             continue
         cold = ConstraintCompiler(vocab, CompilerConfig(timeout=120))  # cold compiles are the measure here
@@ -357,7 +361,7 @@ def measure(name: str, masks_only: bool = False, only_plans: str = "") -> tuple[
             constrained = decode_rate(engine, compiler, tok, streams, True)
             decode.append(f"| {name} | {streams} | {free:.1f} | {constrained:.1f} | {constrained / free:.2f} |")
             print(decode[-1], flush=True)
-        big = plans()["json_schema large order form"].regexes[-1]
+        big = plans(vocab.size)["json_schema large order form"].regexes[-1]
         alone, during, compile_s = pace_during_compile(engine, ConstraintCompiler(vocab), tok, big)
         pace = f"| {name} | {alone * 1e3:.1f} | {during * 1e3:.1f} | {compile_s:.2f} |"
         print(pace, flush=True)

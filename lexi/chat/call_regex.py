@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 
 from lexi.chat.counted_regex import countable, entry_mark, exit_mark
+from lexi.chat.regex_cost import REPEAT_STATES
 from lexi.chat.regex_text import alt, literal, repeat
 from lexi.chat.schema_regex import COLON, COMMA, WS, SchemaRegex
 from lexi.chat.tool_calls import says_string
@@ -23,14 +24,15 @@ NEWLINE = "\\u000A?"
 NON_ASCII = "[\\u0080-\\uD7FF\\uE000-\\U0010FFFF]"  # one character outside ASCII (not a surrogate)
 
 
-def call_after_opener(tools: Sequence[Tool], form: str) -> str | None:
-    """What follows `<tool_call>` in a block calling any of `tools`, through `</tool_call>` (None: no tool fits)."""
-    body = alt((function_call(t) if form == "function" else json_call(t)) for t in tools)
+def call_after_opener(tools: Sequence[Tool], form: str, budget: int = REPEAT_STATES) -> str | None:
+    """What follows `<tool_call>` in a block calling any of `tools`, through `</tool_call>` (None: no tool fits);
+    `budget`: as `SchemaRegex`'s."""
+    body = alt((function_call(t, budget) if form == "function" else json_call(t, budget)) for t in tools)
     return None if body is None else NEWLINE + body + NEWLINE + literal(CLOSE)
 
 
-def json_call(tool: Tool) -> str | None:
-    arguments = SchemaRegex(tool.parameters).regex()
+def json_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
+    arguments = SchemaRegex(tool.parameters, budget).regex()
     if arguments is None:
         return None
     name = literal(json.dumps(tool.name))
@@ -40,9 +42,9 @@ def json_call(tool: Tool) -> str | None:
     )  # fmt: skip
 
 
-def function_call(tool: Tool) -> str | None:
+def function_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
     schema = tool.parameters if isinstance(tool.parameters, dict) else {}
-    translator = SchemaRegex(schema)
+    translator = SchemaRegex(schema, budget)
     properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = set(schema.get("required") or [])
     params = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from lexi.chat.call_regex import NEWLINE, OPEN, call_after_opener
+from lexi.chat.regex_cost import REPEAT_STATES
 from lexi.chat.regex_text import literal
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import SchemaRegex
@@ -58,16 +59,21 @@ class ConstraintPlan:
 
 
 def plan_output(
-    tools: ToolSet | None, form: str, response_format: ResponseFormat | None, opened: tuple[str, str] | None
+    tools: ToolSet | None,
+    form: str,
+    response_format: ResponseFormat | None,
+    opened: tuple[str, str] | None,
+    budget: int = REPEAT_STATES,
 ) -> ConstraintPlan | None:
-    """The plan for one turn, or None when the output is free."""
+    """The plan for one turn, or None when the output is free; `budget`: the DFA states counted repeats may add
+    (`regex_cost.repeat_budget` of the model's vocabulary)."""
 
     def thought(may_end: bool) -> tuple[FreeText, ...]:
         return (FreeText(opened[1], enter=True, may_end=may_end),) if opened else ()
 
     if response_format is not None and response_format.kind != "text":
         schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
-        regex = SchemaRegex(schema).regex()
+        regex = SchemaRegex(schema, budget).regex()
         if regex is None:
             raise ConstraintError("the schema accepts no value, so no output could satisfy it", response_format.param)
         return ConstraintPlan((*thought(False), Guided(regex)))
@@ -75,7 +81,7 @@ def plan_output(
         return None
     if tools.choice.mode == "none":
         return ConstraintPlan((FreeText(OPEN, enter=False),))
-    body = call_after_opener(tools.callable, form)
+    body = call_after_opener(tools.callable, form, budget)
     if body is None:
         raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
     # One large regex (a call's body) serves every call of the turn; the opener is a tiny one. Without a

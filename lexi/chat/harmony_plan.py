@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, FreeText, Guided
 from lexi.chat.harmony import END
+from lexi.chat.regex_cost import REPEAT_STATES
 from lexi.chat.regex_text import alt, literal
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import SchemaRegex
@@ -34,11 +35,16 @@ _HEADER_REST = (
 
 
 def harmony_plan(
-    tools: ToolSet | None, response_format: ResponseFormat | None, answer_regex: str | None, opened: str | None
+    tools: ToolSet | None,
+    response_format: ResponseFormat | None,
+    answer_regex: str | None,
+    opened: str | None,
+    budget: int = REPEAT_STATES,
 ) -> ConstraintPlan | None:
     """The plan for one harmony turn, or None when the output is free. `answer_regex`: a client's regex (guided
-    output); `opened`: the header of a message the prompt left open (continue_final_message)."""
-    answer = _answer(response_format, answer_regex)
+    output); `opened`: the header of a message the prompt left open (continue_final_message); `budget`: as
+    `plan_output`'s."""
+    answer = _answer(response_format, answer_regex, budget)
     demanded = answer is not None or (tools is not None and tools.choice.mode != "none")
     if opened is not None and demanded:
         raise ConstraintError("continue_final_message cannot be combined with a constrained answer in a harmony turn")
@@ -49,11 +55,12 @@ def harmony_plan(
     if tools.choice.mode == "none":
         return ConstraintPlan((FreeText(ADDRESS, enter=False),))
     if tools.forced:
-        calls = alt(_arguments_after(t, literal(t.name + " <|constrain|>json<|message|>")) for t in tools.callable)
+        header = " <|constrain|>json<|message|>"
+        calls = alt(_arguments_after(t, literal(t.name + header), budget) for t in tools.callable)
         if calls is None:
             raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
         return ConstraintPlan((*_thought(), Guided(literal(CALL_OPEN) + calls)))
-    calls = alt(_arguments_after(t, literal(t.name) + _HEADER_REST) for t in tools.callable)
+    calls = alt(_arguments_after(t, literal(t.name) + _HEADER_REST, budget) for t in tools.callable)
     if calls is None:
         raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
     return ConstraintPlan((FreeText(ADDRESS, enter=True), Guided(calls)))
@@ -64,18 +71,18 @@ def _thought() -> tuple[Guided, FreeText]:
     return Guided(literal(ANALYSIS)), FreeText(END, enter=True, may_end=False)
 
 
-def _arguments_after(tool: Tool, header: str) -> str | None:
-    arguments = SchemaRegex(tool.parameters).regex()
+def _arguments_after(tool: Tool, header: str, budget: int) -> str | None:
+    arguments = SchemaRegex(tool.parameters, budget).regex()
     return None if arguments is None else header + arguments
 
 
-def _answer(response_format: ResponseFormat | None, answer_regex: str | None) -> str | None:
+def _answer(response_format: ResponseFormat | None, answer_regex: str | None, budget: int) -> str | None:
     if answer_regex is not None:
         return answer_regex
     if response_format is None or response_format.kind == "text":
         return None
     schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
-    regex = SchemaRegex(schema).regex()
+    regex = SchemaRegex(schema, budget).regex()
     if regex is None:
         raise ConstraintError("the schema accepts no value, so no output could satisfy it", response_format.param)
     return regex

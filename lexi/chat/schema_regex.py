@@ -31,7 +31,7 @@ from lexi.chat.counted_regex import (
 )
 from lexi.chat.number_regex import NUMBER, integer_regex, number_regex
 from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
-from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
+from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, items_always, writes_out
 from lexi.chat.regex_text import alt, literal, repeat
 from lexi.chat.schema_refs import resolve_ref
 
@@ -163,9 +163,10 @@ class SchemaRegex:
         # a short one, so a count opened at the shared `[` always closes (bounds past what marks name: widened)
         if self._shared_brackets:
             return counted_array(item, *_nameable(low, high), WS, COMMA)
-        if countable(low, high) and not writes_out(COMMA + item, more_low, more_high, self.budget, 16):
+        always = items_always(self.budget)
+        if countable(low, high) and not writes_out(COMMA + item, more_low, more_high, self.budget, always):
             return counted_array(item, low, high, WS, COMMA)
-        more = bounded_repeat(COMMA + item, more_low, more_high, self.budget, 16)
+        more = bounded_repeat(COMMA + item, more_low, more_high, self.budget, always)
         body = item + more
         if low == 0:
             body = f"(?:{body})?"
@@ -230,12 +231,12 @@ def tuple_regex(
     low, high = _count(schema.get("minItems"), 0), _count(schema.get("maxItems"), None)
     if high is not None and low > high:
         return None
-    count = len(elements)
+    count, always = len(elements), items_always(budget)
     more_low, more_high = max(low - count, 0), None if high is None else max(high - count, 0)
     counting = (
         rest is not None
         and more_high != 0
-        and (marked or countable(low, high) and not writes_out(COMMA + rest, more_low, more_high, budget, 16))
+        and (marked or countable(low, high) and not writes_out(COMMA + rest, more_low, more_high, budget, always))
     )
     if marked or counting:
         low, high = _nameable(low, high)
@@ -245,7 +246,7 @@ def tuple_regex(
     elif rest is None or more_high == 0:
         after = "" if more_low == 0 else None
     else:  # counted like other items: written out within the repeat budget, widened past it
-        after = bounded_repeat(COMMA + rest, more_low, more_high, budget, 16)
+        after = bounded_repeat(COMMA + rest, more_low, more_high, budget, always)
     for i in range(count - 1, -1, -1):
         if high is not None and i >= high:  # no room for element i: the array ends before it
             after = ""

@@ -180,6 +180,7 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
             from lexi.chat.constraint_plan import plan_output
             from lexi.chat.constraint_vocab import ConstraintVocabulary
             from lexi.chat.counted_examples import counted_examples
+            from lexi.chat.regex_cost import repeat_budget
             from lexi.chat.response_format import ResponseFormat
             from lexi.engine.engine import Engine
             from lexi.gguf.tokenizer import Tokenizer
@@ -192,7 +193,9 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
                 ConstraintVocabulary(tokenizer), CompilerConfig(timeout=state.config.constraint_timeout)
             )
             # the one schema every client may send: compiled while the weights load (seconds on a 262k vocabulary)
-            constraints.prewarm(plan_output(None, "json", ResponseFormat("json_object"), None))
+            budget = repeat_budget(tokenizer.vocab_size)
+            json_object = plan_output(None, "json", ResponseFormat("json_object"), None, budget)
+            constraints.prewarm(json_object)
             constraints.prewarm_counted(counted_examples())  # the insides of long strings, walked once for all schemas
             # A tqdm bar over the tensors on a terminal (never with JSON logs); these lines everywhere else.
             size_mb = state.model_path.stat().st_size / 1e6

@@ -3,13 +3,22 @@ builds its index with on the bundled models' real vocabularies (their byte token
 
 from __future__ import annotations
 
+import asyncio
+import json
+
+import jsonschema
 import pytest
 from outlines_core import Index
+from test_constraint_budget import budget_walk
 
+from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
+from lexi.chat.constraint_plan import plan_output
 from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states
+from lexi.chat.counted_strings import has_counted
+from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states, items_always, repeat_budget
 from lexi.chat.regex_text import repeat
-from lexi.chat.schema_regex import schema_regex
+from lexi.chat.response_format import ResponseFormat
+from lexi.chat.schema_regex import SchemaRegex, schema_regex
 
 
 def one_value(schema: dict) -> dict:
@@ -79,3 +88,60 @@ def test_text_that_avoids_a_word_is_exact_and_shares_its_non_ascii_states(word, 
         assert (pattern.fullmatch(text) is not None) == (word not in text), (word, text)
     assert dfa_states(regex) <= len(word) + dfa_states(f"(?:{NON_ASCII})*") + 8
     assert dfa_states(regex) == index_states(regex, ConstraintVocabulary(smollm2_tokenizer))
+
+
+def test_the_repeat_budget_is_cut_for_large_vocabularies_only():
+    """A cold compile walks every token from every state: the written-out budget holds at SmolLM2's 49,152 tokens
+    and shrinks in proportion past it (a floor of 32 states)."""
+    assert repeat_budget(32_000) == repeat_budget(49_152) == REPEAT_STATES
+    assert repeat_budget(128_256) == 85 and repeat_budget(262_144) == 42
+    assert repeat_budget(10**7) == 32
+    assert items_always(REPEAT_STATES) == 16 and items_always(42) == 0
+
+
+def test_at_a_cut_budget_short_bounds_are_counted_not_written_out_nor_widened():
+    """At Gemma's budget, a 16-character string and 20 integers (written out at SmolLM2's: 221 and 192 states, a
+    pass over 262k tokens each) are counted beside the automaton: a few dozen states, the bounds still exact;
+    what fits is still written out, and patterns (never counted) keep the full budget rather than widen."""
+    gemma = repeat_budget(262_144)
+    for schema, full, cut in (
+        ({"type": "string", "maxLength": 16}, 221, 34),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 20}, 192, 48),
+    ):
+        written, counted = SchemaRegex(one_value(schema)).regex(), SchemaRegex(one_value(schema), gemma).regex()
+        assert not has_counted(written) and has_counted(counted), schema
+        assert (dfa_states(written), dfa_states(counted)) == (full, cut), schema
+    short = one_value({"type": "string", "maxLength": 3})  # 3 x 13 states fit 42: written out either way
+    assert SchemaRegex(short, gemma).regex() == SchemaRegex(short).regex() and not has_counted(
+        SchemaRegex(short).regex()
+    )
+    pattern = one_value({"type": "string", "pattern": "^[a-z]{2,40}$"})
+    assert SchemaRegex(pattern, gemma).regex() == SchemaRegex(pattern).regex()
+
+
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "minLength": 4, "maxLength": 9},
+        "ns": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 5},
+    },
+    "required": ["code", "ns"],
+}
+
+
+def test_short_bounds_counted_at_gemmas_budget_hold_over_its_vocabulary(gemma3_tokenizer):
+    """Over Gemma 3's real vocabulary and compiled index, with the budget the server gives it: uniform walks (any
+    allowed token) write codes of 4..9 characters and 2..5 numbers, and close within a budget of tokens."""
+    vocab = ConstraintVocabulary(gemma3_tokenizer)
+    compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
+    try:
+        plan = plan_output(None, "json", ResponseFormat("json_schema", BOUNDED, "x"), None, repeat_budget(vocab.size))
+        assert has_counted(plan.phases[-1].regex)
+        for seed in range(4):
+            constraint = asyncio.run(compiler.constraint(plan, 60))
+            ids, ended = budget_walk(constraint, vocab, gemma3_tokenizer.vocab_size, 60, seed)
+            assert ended == "finished", gemma3_tokenizer.decode(ids)
+            value = json.loads(gemma3_tokenizer.decode(ids))
+            jsonschema.validate(value, BOUNDED)
+    finally:
+        compiler.shutdown()
