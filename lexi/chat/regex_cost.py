@@ -25,27 +25,22 @@ from lexi.chat.regex_text import repeat
 # ~520 states (6-10 s at 262k): beyond what a regex index can hold within the compile budget.
 REPEAT_STATES = 224
 ALWAYS_ESCAPED, ALWAYS_PLAIN = 16, 64  # counts written out whatever they cost (the rule before the budget)
-ALWAYS_ITEMS = 16  # array items written out whatever they cost (the same rule)
 REFERENCE_VOCAB = 49_152  # SmolLM2's tokens, the vocabulary REPEAT_STATES holds to ~0.3 s of cold compile
 MIN_REPEAT_STATES = 32
 _BYTE_EOS = 256  # an id no byte token has
 
 
 def repeat_budget(vocab_size: int) -> int:
-    """DFA states the counted repeats of JSON strings and arrays may add for a model of `vocab_size` tokens.
+    """DFA states the counted characters of a JSON string may add for a model of `vocab_size` tokens.
 
     A cold compile walks every token from every state, so REPEAT_STATES is cut in proportion past SmolLM2's
-    vocabulary: Gemma 3's 262,144 tokens get 42 states, where 224 (and the 16 characters or items always written
-    out) had cost 3-6 s here (`string maxLength 16`: 221 states, 5.7 s). What no longer fits is counted beside the
-    automaton, as exact as written out; patterns keep REPEAT_STATES (they are not counted: cutting would widen)."""
+    vocabulary: Gemma 3's 262,144 tokens get 42 states, where 224 (and the 16 characters always written out) had
+    cost 4.8-5.7 s here (`string maxLength 16`: 221 states). What no longer fits is counted beside the automaton,
+    as exact as written out. Patterns keep REPEAT_STATES (they are not counted: cutting would widen them), and so do
+    array items (`SchemaRegex.items_budget`: counted arrays cost more a token to mask than they save)."""
     if vocab_size <= REFERENCE_VOCAB:
         return REPEAT_STATES
     return max(MIN_REPEAT_STATES, REPEAT_STATES * REFERENCE_VOCAB // vocab_size)
-
-
-def items_always(budget: int) -> int:
-    """Array items written out whatever they cost: ALWAYS_ITEMS at the full budget, none at a cut one."""
-    return ALWAYS_ITEMS if budget >= REPEAT_STATES else 0
 
 
 def _always(part: str, budget: int, always: int | None) -> int:

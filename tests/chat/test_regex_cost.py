@@ -15,7 +15,7 @@ from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.counted_strings import has_counted
-from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states, items_always, repeat_budget
+from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states, repeat_budget
 from lexi.chat.regex_text import repeat
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_regex import SchemaRegex, schema_regex
@@ -96,27 +96,24 @@ def test_the_repeat_budget_is_cut_for_large_vocabularies_only():
     assert repeat_budget(32_000) == repeat_budget(49_152) == REPEAT_STATES
     assert repeat_budget(128_256) == 85 and repeat_budget(262_144) == 42
     assert repeat_budget(10**7) == 32
-    assert items_always(REPEAT_STATES) == 16 and items_always(42) == 0
 
 
-def test_at_a_cut_budget_short_bounds_are_counted_not_written_out_nor_widened():
-    """At Gemma's budget, a 16-character string and 20 integers (written out at SmolLM2's: 221 and 192 states, a
-    pass over 262k tokens each) are counted beside the automaton: a few dozen states, the bounds still exact;
-    what fits is still written out, and patterns (never counted) keep the full budget rather than widen."""
+def test_at_a_cut_budget_short_strings_are_counted_not_written_out_nor_widened():
+    """At Gemma's budget, a 16-character string (written out at SmolLM2's: 221 states, a pass over 262k tokens
+    each) is counted beside the automaton: 34 states, the bound still exact. What fits is still written out;
+    patterns (never counted) and array items (cheaper to mask written out) keep the full budget."""
     gemma = repeat_budget(262_144)
-    for schema, full, cut in (
-        ({"type": "string", "maxLength": 16}, 221, 34),
-        ({"type": "array", "items": {"type": "integer"}, "maxItems": 20}, 192, 48),
-    ):
-        written, counted = SchemaRegex(one_value(schema)).regex(), SchemaRegex(one_value(schema), gemma).regex()
-        assert not has_counted(written) and has_counted(counted), schema
-        assert (dfa_states(written), dfa_states(counted)) == (full, cut), schema
+    schema = one_value({"type": "string", "maxLength": 16})
+    written, counted = SchemaRegex(schema).regex(), SchemaRegex(schema, gemma).regex()
+    assert not has_counted(written) and has_counted(counted)
+    assert (dfa_states(written), dfa_states(counted)) == (221, 34)
     short = one_value({"type": "string", "maxLength": 3})  # 3 x 13 states fit 42: written out either way
-    assert SchemaRegex(short, gemma).regex() == SchemaRegex(short).regex() and not has_counted(
-        SchemaRegex(short).regex()
-    )
+    numbers = one_value({"type": "array", "items": {"type": "integer"}, "maxItems": 20})  # 192 states, written out
     pattern = one_value({"type": "string", "pattern": "^[a-z]{2,40}$"})
-    assert SchemaRegex(pattern, gemma).regex() == SchemaRegex(pattern).regex()
+    for same in (short, numbers, pattern):
+        regex = SchemaRegex(same).regex()
+        assert SchemaRegex(same, gemma).regex() == regex and not has_counted(regex), same
+    assert dfa_states(SchemaRegex(numbers).regex()) == 192
 
 
 BOUNDED = {
@@ -130,8 +127,9 @@ BOUNDED = {
 
 
 def test_short_bounds_counted_at_gemmas_budget_hold_over_its_vocabulary(gemma3_tokenizer):
-    """Over Gemma 3's real vocabulary and compiled index, with the budget the server gives it: uniform walks (any
-    allowed token) write codes of 4..9 characters and 2..5 numbers, and close within a budget of tokens."""
+    """Over Gemma 3's real vocabulary and compiled index, with the budget the server gives it (the code counted
+    beside the automaton there, written out at SmolLM2's): uniform walks (any allowed token) write codes of 4..9
+    characters and 2..5 numbers, and close within a budget of tokens."""
     vocab = ConstraintVocabulary(gemma3_tokenizer)
     compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
     try:
