@@ -13,8 +13,9 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
 - pace: median time between tokens of one free stream, alone and while a cold compile of the
   largest schema runs on the compiler's worker thread.
 - bounds: DFA states and cold compile p50 (a fresh `Index` each time) of one bounded value in an object,
-  as translated (counted repeats past the state budget widened) and written out exactly; a written-out
-  regex over 2e8 states x tokens (about 10 s a compile) is counted, not compiled.
+  as the server translates it for the model's vocabulary (`regex_cost.repeat_budget`; past it, counted beside
+  the automaton) and written out exactly; a written-out regex over 2e8 states x tokens (about 10 s a compile) is
+  counted, not compiled (bench/constrain_bounds.py).
 
     .venv/bin/python bench/constrain.py [--models smollm2-135m-instruct gemma3-270m] [--only bounds|masks]
         [--plans TEXT] [--no-append]
