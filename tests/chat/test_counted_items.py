@@ -318,34 +318,29 @@ def test_a_forced_call_with_thirty_items_closes_in_the_shortest_budget(compiler,
         assert call.name == "tag" and 30 <= len(json.loads(call.arguments)["xs"]) <= 40
 
 
-SHARED_BRACKET = {
+INTS_OR_FLAGS = {  # the branches share their `[`; an integer or a boolean as the first item tells them apart
     "type": "object",
-    "properties": {
-        "a": {
-            "anyOf": [
-                {"type": "array", "items": {"type": "integer"}, "minItems": 6},
-                {"type": "array", "items": {"type": "string"}, "minItems": 2},
-            ]
-        }
-    },
+    "properties": {"a": {"anyOf": [holder({"type": "integer"}, 6, None)["properties"]["xs"],
+                                   holder({"type": "boolean"}, 2, None)["properties"]["xs"]]}},
     "required": ["a"],
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("extra", [0, 1, 2, 4])
 def test_a_first_item_telling_branches_apart_takes_its_branch_need_at_once(compiler, smollm2_tokenizer, vocab, extra):
-    """At a `[` that two anyOf branches share, the count opens with the loosest minimum (2 strings); an integer as the
+    """At a `[` that two anyOf branches share, the count opens with the loosest minimum (2 booleans); an integer as the
     first item picks the branch of 6. Its need counts from that token, not from the first comma: with a budget a
     few tokens past the shortest output, walks that start on integers they cannot finish are steered away in time.
-    (Measured before: `{"a": [1, 2, 3,` ran out at max_tokens 14 and 16, 7 of 8 seeds, over the server.)"""
-    plan = plan_output(None, "json", ResponseFormat("json_schema", SHARED_BRACKET, "answer"), None)
+    (The same shape with strings for the short branch, over the server before the fix: `{"a": [1, 2, 3,` ran out
+    at max_tokens 14 and 16 for 7 seeds of 8; tests/http/test_budget_close.py holds that one.)"""
+    plan = plan_output(None, "json", ResponseFormat("json_schema", INTS_OR_FLAGS, "answer"), None)
     size = smollm2_tokenizer.vocab_size
     budget = asyncio.run(compiler.constraint(plan)).closing_distance() + extra
     for seed in range(8):
         constraint = asyncio.run(compiler.constraint(plan, budget))
         ids, ended = budget_walk(constraint, vocab, size, budget, seed)
         assert ended == "finished", smollm2_tokenizer.decode(ids)
-        jsonschema.validate(json.loads(smollm2_tokenizer.decode(ids)), SHARED_BRACKET)
+        jsonschema.validate(json.loads(smollm2_tokenizer.decode(ids)), INTS_OR_FLAGS)
     start = smollm2_tokenizer.encode('{"a": [')
     constraint = asyncio.run(compiler.constraint(plan))
     for token in start:
@@ -353,4 +348,4 @@ def test_a_first_item_telling_branches_apart_takes_its_branch_need_at_once(compi
     before = constraint.closing_distance()
     constraint.advance(smollm2_tokenizer.encode("1")[0])
     assert constraint.closing_distance() >= 2 * 5 + 1  # five more `,N` and the `]}`: the branch of six integers
-    assert before <= 2 * 1 + 2 + 1  # `"",""]}`-ish: the string branch is the shorter way from the shared `[`
+    assert before <= 2 * 1 + 2 + 1  # `true,true]}`-ish: the booleans are the shorter way from the shared `[`

@@ -160,25 +160,31 @@ def shortest(smollm2_tokenizer):
     compiler.shutdown()
 
 
-def test_thirty_items_close_in_the_shortest_budget_as_an_answer(tools_client, shortest):
+def json_answers(tools_client, ask: str, schema: dict, max_tokens: int, seeds) -> list:
+    """Seeded answers at temperature 1 under `schema` and `max_tokens`: each stopped (closed) and valid."""
     client, model = tools_client
-    budget = shortest(plan_output(None, "json", ResponseFormat("json_schema", TAGS, "tags"), None))
-    assert budget >= 60  # thirty colours and their commas
     replies = per_seed(
         lambda seed: client.chat.completions.create(
             model=model,
-            messages=[{"role": "user", "content": "List colours for my quilt, as JSON."}],
-            response_format={"type": "json_schema", "json_schema": {"name": "tags", "schema": TAGS}},
+            messages=[{"role": "user", "content": ask}],
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
             temperature=1.0,
             seed=seed,
-            max_tokens=budget,
+            max_tokens=max_tokens,
         ),
-        SEEDS,
+        seeds,
     )
     for reply in replies:
         assert reply.choices[0].finish_reason == "stop", reply
-        jsonschema.validate(json.loads(reply.choices[0].message.content), TAGS)
-        assert reply.usage.completion_tokens <= budget
+        jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+        assert reply.usage.completion_tokens <= max_tokens
+    return replies
+
+
+def test_thirty_items_close_in_the_shortest_budget_as_an_answer(tools_client, shortest):
+    budget = shortest(plan_output(None, "json", ResponseFormat("json_schema", TAGS, "tags"), None))
+    assert budget >= 60  # thirty colours and their commas
+    json_answers(tools_client, "List colours for my quilt, as JSON.", TAGS, budget, SEEDS)
 
 
 def test_a_forced_call_of_thirty_items_closes_in_the_shortest_budget(tools_client, shortest):
@@ -222,19 +228,4 @@ SHARED_BRACKET = {  # two anyOf arrays share their `[`: the count opens at the s
 def test_an_answer_whose_first_item_picks_the_longer_branch_still_closes(tools_client, max_tokens):
     """Measured before the fix: `{ "a": [1, 2, 3,` cut by max_tokens for 7 seeds of 8 at 14 and 16 tokens (the
     integers' six items were counted from the first comma, too late); the strings' branch fits in ~10."""
-    client, model = tools_client
-    replies = per_seed(
-        lambda seed: client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": "Write the JSON."}],
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SHARED_BRACKET}},
-            temperature=1.0,
-            seed=seed,
-            max_tokens=max_tokens,
-        ),
-        range(8),
-    )
-    for reply in replies:
-        assert reply.choices[0].finish_reason == "stop", reply
-        jsonschema.validate(json.loads(reply.choices[0].message.content), SHARED_BRACKET)
-        assert reply.usage.completion_tokens <= max_tokens
+    json_answers(tools_client, "Write the JSON.", SHARED_BRACKET, max_tokens, range(8))
