@@ -27,6 +27,7 @@ setup(
                     "repack.c",
                     "moe.c",
                     "decode.c",
+                    "decode_attn.c",
                     "attn_avx2.c",
                 )
             ],

@@ -155,6 +155,29 @@ def test_steps_over_the_default_cache_follow_the_loop(name, request, tiny_models
     compare(logits["c"], logits["loop"], 2e-2, f"{name} eight steps")
 
 
+@pytest.mark.parametrize("name", ["smollm2", "gemma3", "gpt-oss"])
+def test_a_short_step_gives_the_bits_of_one_row_a_step(name, request, tiny_models):
+    """A speculative step checks a draft's positions as rows of one step: each row's logits and the K/V it writes
+    must be, bit for bit, those of feeding its tokens one step at a time, or greedy output with speculation would
+    differ from without. decode_attn.c cuts a step's query vectors into pieces across a sequence's rows, over the
+    union of their keys: a row's weights outside its own keys are zero and its sums keep their order (gpt-oss:
+    every row's 16-key window starts elsewhere, and sinks)."""
+    model = model_named(name, request, tiny_models)
+    vocab = min(model.args.vocab_size, 20000)
+    gen = torch.Generator().manual_seed(13)
+    rows = [torch.randint(200, vocab, (n,), generator=gen).tolist() for n in (9, 3)]
+    cache, tables, cached = setup_two(model, torch.bfloat16, vocab)
+    together = [(k.clone(), v.clone()) for k, v in cache]
+    got = run_step(model, together, tables, rows, cached)
+    want = []
+    for s, new in enumerate(rows):
+        for j, token in enumerate(new):
+            want.append(run_step(model, cache, [tables[s]], [[token]], [cached[s] + j]))
+    assert torch.equal(got, torch.cat(want)), name
+    for (kt, vt), (ko, vo) in zip(together, cache, strict=True):
+        assert torch.equal(kt, ko) and torch.equal(vt, vo), name
+
+
 def test_a_step_outside_the_cache_is_refused(smollm2_model):
     model = smollm2_model
     cache = model.new_kv_cache(4, BLOCK)

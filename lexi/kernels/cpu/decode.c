@@ -23,53 +23,18 @@
 
 #include "attn.h"
 #include "decode.h"
+#include "decode_attn.h"
+#include "decode_math.h"
 #include "moe.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define HOT
-#endif
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* torch's float -> bfloat16: round to nearest, ties to even; NaN stays a quiet NaN */
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float round_to_cache(float f, int cache_type) {
-    return cache_type == DEC_CACHE_BF16 ? bf16_to_f32(f32_to_bf16(f)) : f;
-}
-
 /* Eight partial sums, added pairwise at the end: the shape gcc vectorizes without reassociating a sum. */
-HOT static float dot_f32(const float *a, const float *b, int64_t n) {
+HOT float dot_f32(const float *a, const float *b, int64_t n) {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
     for (; i < n; i++) acc[i & 7] += a[i] * b[i];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-HOT static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(dst + i, &u, 4);
-    }
-}
-
-HOT static void axpy(float a, const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 HOT static float sum_squares(const float *x, int64_t n) {
@@ -108,7 +73,6 @@ static const dec_layer *layer_of(const dec_model *m, int64_t i) {
     return (const dec_layer *)(uintptr_t)m->layers + i;
 }
 
-#define F32(addr) ((const float *)(uintptr_t)(addr))
 
 const char *decode_check_model(const isa_kernels *isa, const dec_model *m) {
     if (m->n_layers < 1 || m->dim < 1 || m->n_heads < 1 || m->n_kv_heads < 1 || m->head_dim < 1)
@@ -193,117 +157,6 @@ const char *decode_check_step(const dec_model *m, const dec_step *s) {
     return NULL;
 }
 
-typedef struct {
-    const dec_model *m;
-    const dec_step *s;
-    const dec_layer *l;
-    const float *qkv; /* t x nq: q rounded to the cache's dtype */
-    const void *k_cache, *v_cache;
-    float *att; /* t x H*hd */
-    float *scratch; /* per thread: scratch_floats */
-    int64_t scratch_floats, nq, group;
-    const int32_t *seq_of;
-    int avx2; /* attn_avx2.c's kernels: a bfloat16 cache, head_dim a multiple of 8, at most 8 heads a KV head */
-} attn_job;
-
-/* What one (row, KV head) task reads: its sequence's block table and its G heads' queries. */
-typedef struct {
-    const int32_t *table;
-    const float *q;
-    int64_t kvh;
-} attn_row;
-
-/* Each of the G heads' scores (g_n x len) -> its softmax weights, gpt-oss's sink joining the sum. */
-static void softmax_rows(const attn_job *j, int64_t kvh, float *sc, int64_t len) {
-    const int64_t g_n = j->group;
-    const float *sinks = F32(j->l->sinks);
-    for (int64_t g = 0; g < g_n; g++) {
-        float *w = sc + g * len, top = w[0];
-        for (int64_t i = 1; i < len; i++) top = w[i] > top ? w[i] : top;
-        const float sink = sinks ? sinks[kvh * g_n + g] : -INFINITY;
-        if (sinks && sink > top) top = sink;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < len; i++) sum += (w[i] = expf(w[i] - top));
-        if (sinks) sum += expf(sink - top);
-        for (int64_t i = 0; i < len; i++) w[i] /= sum;
-    }
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-/* attn_task with attn_avx2.c's kernels, a run of keys per cache block: scores, softmax, values */
-static void attn_runs_avx2(const attn_job *j, const attn_row *r, int64_t lo, int64_t len, float *sc, float *out) {
-    const int64_t hd = j->m->head_dim, g_n = j->group, bs = j->s->block_size, row_elems = j->m->n_kv_heads * hd;
-    const int32_t *table = r->table;
-    const int64_t kvh = r->kvh;
-    const float *q = r->q;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int64_t key = lo; key < lo + len;) {
-            const int64_t run = bs - key % bs < lo + len - key ? bs - key % bs : lo + len - key;
-            const int64_t at = ((int64_t)table[key / bs] * bs + key % bs) * row_elems + kvh * hd;
-            if (pass == 0)
-                attn_scores_avx2(q, g_n, hd, (const uint16_t *)j->k_cache + at, row_elems, run, (float)j->m->scale,
-                                 sc + (key - lo), len);
-            else
-                attn_values_avx2(sc + (key - lo), len, g_n, hd, (const uint16_t *)j->v_cache + at, row_elems, run, out);
-            key += run;
-        }
-        if (pass == 0) softmax_rows(j, kvh, sc, len);
-    }
-}
-#endif
-
-/* The portable loops: a key (or value) at a time, widened to float32 first where the cache is bfloat16. */
-static void attn_portable(const attn_job *j, const attn_row *r, int64_t lo, int64_t len, float *sc, float *out) {
-    const dec_model *m = j->m;
-    const int64_t hd = m->head_dim, g_n = j->group, bs = j->s->block_size, row_elems = m->n_kv_heads * hd;
-    const int32_t *table = r->table;
-    const int64_t kvh = r->kvh;
-    const float *q = r->q;
-    const int bf16 = m->cache_type == DEC_CACHE_BF16;
-    float *widened = sc + g_n * len; /* hd floats */
-    for (int pass = 0; pass < 2; pass++) {
-        const void *cache = pass ? j->v_cache : j->k_cache;
-        for (int64_t i = 0; i < len; i++) {
-            const int64_t key = lo + i;
-            const int64_t at = ((int64_t)table[key / bs] * bs + key % bs) * row_elems + kvh * hd;
-            const float *r = (const float *)cache + at;
-            if (bf16) {
-                widen_bf16((const uint16_t *)cache + at, widened, hd);
-                r = widened;
-            }
-            for (int64_t g = 0; g < g_n; g++) {
-                if (pass == 0)
-                    sc[g * len + i] = dot_f32(q + g * hd, r, hd) * (float)m->scale;
-                else
-                    axpy(sc[g * len + i], r, out + g * hd, hd);
-            }
-        }
-        if (pass == 0) softmax_rows(j, kvh, sc, len);
-    }
-}
-
-/* One (row, KV head): its G heads over the row's keys, the output rounded to the cache's dtype. */
-static void attn_task(void *ctx, int task, int thread) {
-    const attn_job *j = ctx;
-    const dec_model *m = j->m;
-    const int64_t hd = m->head_dim, g_n = j->group;
-    const int64_t row = task / m->n_kv_heads, kvh = task % m->n_kv_heads;
-    const int64_t n = j->s->positions[row] + 1;
-    const int64_t lo = j->l->window > 0 && n > j->l->window ? n - j->l->window : 0, len = n - lo;
-    float *sc = j->scratch + (int64_t)thread * j->scratch_floats; /* g_n x len scores (then hd floats) */
-    float *out = j->att + row * m->n_heads * hd + kvh * g_n * hd;
-    memset(out, 0, sizeof(float) * (size_t)(g_n * hd));
-    const attn_row r = {j->s->block_tables + (int64_t)j->seq_of[row] * j->s->bt_stride,
-                        j->qkv + row * j->nq + kvh * g_n * hd, kvh};
-#if defined(__x86_64__) || defined(__i386__)
-    if (j->avx2)
-        attn_runs_avx2(j, &r, lo, len, sc, out);
-    else
-#endif
-        attn_portable(j, &r, lo, len, sc, out);
-    for (int64_t e = 0; e < g_n * hd; e++) out[e] = round_to_cache(out[e], m->cache_type);
-}
-
 /* x (t x d) rows through a norm into out */
 static void norm_rows(const float *x, const float *w, float *out, int64_t t, int64_t d, float eps) {
     for (int64_t r = 0; r < t; r++) rms_norm_row(x + r * d, w, out + r * d, d, eps);
@@ -361,7 +214,7 @@ static int moe_layer(pool *p, workspace *ws, const isa_kernels *isa, const dec_m
 
 int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_model *m, const dec_step *s) {
     const int64_t t = s->t, d = m->dim, h = m->n_heads, kvh = m->n_kv_heads, hd = m->head_dim;
-    const int64_t nq = (h + 2 * kvh) * hd, f = m->ffn_dim, g_n = h / kvh;
+    const int64_t nq = (h + 2 * kvh) * hd, f = m->ffn_dim;
     const float eps = (float)m->eps;
     int64_t top_keys = 0, e_max = 0, k_max = 0;
     for (int64_t r = 0; r < t; r++) top_keys = s->positions[r] + 1 > top_keys ? s->positions[r] + 1 : top_keys;
@@ -371,9 +224,9 @@ int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_mode
         if (l->moe_table && l->top_k > k_max) k_max = l->top_k;
     }
     const int threads = pool_threads(p);
-    const int64_t scratch_floats = g_n * top_keys + hd + 16;
+    const int64_t scratch_floats = attn_scratch_floats(m, top_keys), max_pieces = attn_max_pieces(m, t);
     const int64_t floats = t * d * 3 + t * nq + t * h * hd + t * 2 * (f > 0 ? f : 1) + t * (e_max + 2 * k_max) +
-                           threads * scratch_floats + t;
+                           threads * scratch_floats + t + 4 * max_pieces;
     if (workspace_grow((void **)&ws->dec_f, &ws->dec_f_cap, sizeof(float) * (size_t)floats)) return -1;
     float *xn = ws->dec_f, *y = xn + t * d, *o = y + t * d, *qkv = o + t * d, *att = qkv + t * nq;
     float *gu = att + t * h * hd, *logits = gu + t * 2 * (f > 0 ? f : 1), *route = logits + t * e_max;
@@ -382,6 +235,12 @@ int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_mode
     int32_t *seq_of = (int32_t *)(scratch + threads * scratch_floats);
     for (int64_t i = 0; i < s->s; i++)
         for (int64_t r = s->query_start[i]; r < s->query_start[i + 1]; r++) seq_of[r] = (int32_t)i;
+    attn_piece *pieces = (attn_piece *)(seq_of + t);
+    attn_plan plan = {.m = m, .s = s, .pieces = pieces, .seq_of = seq_of, .scratch = scratch,
+                      .scratch_floats = scratch_floats,
+                      .avx2 = strcmp(isa->name, "scalar") && m->cache_type == DEC_CACHE_BF16 && hd % 8 == 0 &&
+                              hd <= ATTN_HEAD_DIM_MAX};
+    if (plan.avx2) plan.n_pieces = attn_pieces(m, s, threads, pieces);
 
     for (int64_t li = 0; li < m->n_layers; li++) {
         const dec_layer *l = layer_of(m, li);
@@ -419,12 +278,7 @@ int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_mode
         }
 
         /* attention, then the output projection */
-        attn_job aj = {.m = m, .s = s, .l = l, .qkv = qkv, .k_cache = k_cache, .v_cache = v_cache, .att = att,
-                       .scratch = scratch, .scratch_floats = scratch_floats, .nq = nq, .group = g_n,
-                       .seq_of = seq_of,
-                       .avx2 = strcmp(isa->name, "scalar") && m->cache_type == DEC_CACHE_BF16 && hd % 8 == 0 &&
-                               g_n <= 8};
-        pool_run(p, attn_task, &aj, (int)(t * kvh));
+        decode_attention(p, &plan, l, qkv, nq, k_cache, v_cache, att);
         w[0] = as_desc(&l->wo);
         if (qgemm(p, ws, isa, att, t, h * hd, h * hd, w, 1, o, d, (int)m->terms)) return -1;
         const float *wo_bias = F32(l->wo_bias);
