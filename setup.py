@@ -29,6 +29,7 @@ setup(
                     "decode.c",
                     "decode_attn.c",
                     "attn_avx2.c",
+                    "act_avx2.c",
                 )
             ],
             depends=[str(p) for p in CPU.glob("*.h")],

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act.h"
 #include "attn.h"
 #include "decode.h"
 #include "decode_attn.h"
@@ -241,6 +242,8 @@ int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_mode
                       .avx2 = strcmp(isa->name, "scalar") && m->cache_type == DEC_CACHE_BF16 && hd % 8 == 0 &&
                               hd <= ATTN_HEAD_DIM_MAX};
     if (plan.avx2) plan.n_pieces = attn_pieces(m, s, threads, pieces);
+    const int vector_act = strcmp(isa->name, "scalar") != 0; /* act_avx2.c */
+    (void)vector_act; /* read on x86 only */
 
     for (int64_t li = 0; li < m->n_layers; li++) {
         const dec_layer *l = layer_of(m, li);
@@ -300,6 +303,12 @@ int decode_layers(pool *p, workspace *ws, const isa_kernels *isa, const dec_mode
             if (qgemm(p, ws, isa, xn, t, d, d, w, 2, gu, 2 * f, (int)m->terms)) return -1;
             for (int64_t r = 0; r < t; r++) {
                 float *g = gu + r * 2 * f;
+#if defined(__x86_64__) || defined(__i386__)
+                if (vector_act) {
+                    act_gated_avx2((int)m->activation, g, g + f, f);
+                    continue;
+                }
+#endif
                 for (int64_t c = 0; c < f; c++) g[c] = activate((int)m->activation, g[c], g[f + c]);
             }
             w[0] = as_desc(&l->down);
