@@ -9,13 +9,14 @@
      - rms_norm in float32: x * (1 / sqrt(mean(x^2) + eps)) * w, two roundings as torch's;
      - rope as rope.py's apply_rope: x * cos_full + partner(x) * sin_signed, each product rounded, then the sum;
      - q, k and v rounded to the cache's dtype (bfloat16: round to nearest even), as `.to(k_cache.dtype)`;
-     - attention per (row, KV head): float32 scores of the G query heads over the row's keys (every position up
-       to its own, within the window), times the scale, softmax (with gpt-oss's sink as one more column), the
+     - attention (decode_attn.c): float32 scores of each query head over its row's keys (every position up to
+       its own, within the window), times the scale, softmax (with gpt-oss's sink as one more column), the
        weighted sum of values, the result rounded to the cache's dtype as decode_attention's `.to(q.dtype)`;
-     - FFN: act(gate) * up then down, or the router's top-k (softmax over all then top-k renormalised, or top-k
-       logits then their softmax) and moe.c's experts.
-   Sums are ordered differently from torch's (attention, the norms' mean), so a logit can differ from the
-   reference's in its last bits; tests hold the two within a small fraction of the logit span.
+     - FFN: act(gate) * up then down (act_avx2.c where the CPU has AVX2), or the router's top-k (softmax over all
+       then top-k renormalised, or top-k logits then their softmax) and moe.c's experts.
+   Sums are ordered differently from torch's (attention, the norms' mean) and the AVX2 exponentials are
+   polynomials, so a logit can differ from the reference's in its last bits; tests hold the two within a small
+   fraction of the logit span.
 */
 #include <math.h>
 #include <stdlib.h>
