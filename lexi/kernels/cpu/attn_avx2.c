@@ -1,6 +1,7 @@
 /* AVX2 attention kernels of the decode step (decode_attn.c) over a bfloat16 KV cache: a run of keys (or values)
-   that lie `stride` elements apart (one cache block's rows of one KV head), against up to 8 query vectors (a
-   piece: heads sharing the KV head, from one or more rows of a sequence), and the softmax between them.
+   that lie `stride` elements apart (one cache block's rows of one KV head), against the query vectors of a piece
+   (heads sharing the KV head, from one or more rows of a sequence: scores take any count, values up to 8 at a
+   time), and the softmax between them.
 
    Why by hand: written as plain C loops, a score was one dependent chain of adds and a call per (key, head), ~2
    GFLOP/s, half torch's einsum at long contexts (Llama-3-1B at 2,000 keys: +143 ms a token against +77). Scores

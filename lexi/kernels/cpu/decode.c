@@ -75,7 +75,6 @@ static const dec_layer *layer_of(const dec_model *m, int64_t i) {
     return (const dec_layer *)(uintptr_t)m->layers + i;
 }
 
-
 const char *decode_check_model(const isa_kernels *isa, const dec_model *m) {
     if (m->n_layers < 1 || m->dim < 1 || m->n_heads < 1 || m->n_kv_heads < 1 || m->head_dim < 1)
         return "need n_layers, dim, n_heads, n_kv_heads and head_dim >= 1";
