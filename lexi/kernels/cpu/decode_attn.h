@@ -16,7 +16,7 @@ typedef struct {
 typedef struct {
     const dec_model *m;
     const dec_step *s;
-    int avx2;                 /* attn_avx2.c's kernels: a bfloat16 cache, head_dim a multiple of 8 */
+    int avx2; /* attn_avx2.c's kernels: a bfloat16 cache, head_dim a multiple of 8 up to ATTN_HEAD_DIM_MAX */
     const attn_piece *pieces; /* avx2 only */
     int n_pieces;
     const int32_t *seq_of; /* t: each row's sequence */
