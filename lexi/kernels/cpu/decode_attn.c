@@ -90,26 +90,32 @@ static void prefetch_run(const uint16_t *at, int64_t stride, int64_t n, int64_t 
         for (int64_t b = 0; b < hd * 2; b += 64) __builtin_prefetch((const char *)(at + i * stride) + b, 0, 3);
 }
 
+/* A piece's vector v: its row, query head and keys [lo, n). */
+typedef struct {
+    int64_t row, head, lo, n;
+} piece_vector;
+
 /* One piece with attn_avx2.c's kernels, a run of keys per cache block: scores, softmax, values. */
 static void piece_avx2(const attn_job *j, const attn_piece *pc, float *scratch) {
     const dec_model *m = j->plan->m;
     const dec_step *s = j->plan->s;
     const int64_t hd = m->head_dim, g_n = group_of(m), bs = s->block_size, row_elems = m->n_kv_heads * hd;
-    const int64_t row0 = s->query_start[pc->seq], qn = pc->count, kvh = pc->kvh;
+    const int64_t qn = pc->count, kvh = pc->kvh;
     const int32_t *table = s->block_tables + (int64_t)pc->seq * s->bt_stride;
-    int64_t lo_u = INT64_MAX, hi_u = 0;
+    piece_vector vec[ATTN_PIECE_MAX];
+    int64_t lo_u = INT64_MAX, hi_u = 0; /* the union of the vectors' keys */
     for (int64_t v = 0; v < qn; v++) {
-        int64_t lo, n;
-        key_range(j->l, s->positions[row0 + (pc->first + v) / g_n], &lo, &n);
-        lo_u = lo < lo_u ? lo : lo_u;
-        hi_u = n > hi_u ? n : hi_u;
+        piece_vector *pv = vec + v;
+        pv->row = s->query_start[pc->seq] + (pc->first + v) / g_n;
+        pv->head = kvh * g_n + (pc->first + v) % g_n;
+        key_range(j->l, s->positions[pv->row], &pv->lo, &pv->n);
+        lo_u = pv->lo < lo_u ? pv->lo : lo_u;
+        hi_u = pv->n > hi_u ? pv->n : hi_u;
     }
     const int64_t span = hi_u - lo_u;
     float *sc = scratch, *q = sc + qn * span, *out = q + qn * hd; /* qn x span scores, qn x hd queries, outputs */
-    for (int64_t v = 0; v < qn; v++) {
-        const int64_t row = row0 + (pc->first + v) / g_n, head = kvh * g_n + (pc->first + v) % g_n;
-        memcpy(q + v * hd, j->qkv + row * j->nq + head * hd, sizeof(float) * (size_t)hd);
-    }
+    for (int64_t v = 0; v < qn; v++)
+        memcpy(q + v * hd, j->qkv + vec[v].row * j->nq + vec[v].head * hd, sizeof(float) * (size_t)hd);
     memset(out, 0, sizeof(float) * (size_t)(qn * hd));
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t key = lo_u; key < hi_u;) {
@@ -128,18 +134,17 @@ static void piece_avx2(const attn_job *j, const attn_piece *pc, float *scratch) 
                                      (const uint16_t *)j->v_cache + at, row_elems, run, out + v0 * hd);
             key += run;
         }
-        for (int64_t v = 0; pass == 0 && v < qn; v++) { /* each vector's own keys; zero weight on the others */
-            int64_t lo, n;
-            key_range(j->l, s->positions[row0 + (pc->first + v) / g_n], &lo, &n);
+        if (pass == 1) break;
+        for (int64_t v = 0; v < qn; v++) { /* each vector's own keys; zero weight on the others */
+            const piece_vector *pv = vec + v;
             float *w = sc + v * span;
-            attn_softmax_avx2(w + (lo - lo_u), n - lo, sink_of(j, kvh * g_n + (pc->first + v) % g_n));
-            memset(w, 0, sizeof(float) * (size_t)(lo - lo_u));
-            memset(w + (n - lo_u), 0, sizeof(float) * (size_t)(hi_u - n));
+            attn_softmax_avx2(w + (pv->lo - lo_u), pv->n - pv->lo, sink_of(j, pv->head));
+            memset(w, 0, sizeof(float) * (size_t)(pv->lo - lo_u));
+            memset(w + (pv->n - lo_u), 0, sizeof(float) * (size_t)(hi_u - pv->n));
         }
     }
     for (int64_t v = 0; v < qn; v++) {
-        const int64_t row = row0 + (pc->first + v) / g_n, head = kvh * g_n + (pc->first + v) % g_n;
-        float *dst = j->att + row * m->n_heads * hd + head * hd;
+        float *dst = j->att + vec[v].row * m->n_heads * hd + vec[v].head * hd;
         for (int64_t e = 0; e < hd; e++) dst[e] = round_to_cache(out[v * hd + e], (int)m->cache_type);
     }
 }
