@@ -6,7 +6,8 @@ The prompt ends with `<|start|>assistant`; the model then writes messages, each 
     <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}   (then <|call|>)
     <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}
 The recipient (`to=`) may stand before or after the channel. <|return|> and <|call|> end generation (they are
-not text); written as text, they end a message as <|end|> does. A message goes where its header says:
+not text); written as text, they end a message as <|end|> does (a call's, outside its JSON strings). A message
+goes where its header says:
 - a recipient other than the assistant: a call, its body held whole and read elsewhere (`tool_calls.py`);
 - `final`, and `commentary` without a recipient (a preamble the user is meant to see): content;
 - `analysis`, any other or missing channel, and a message in another role's name (a tool result the model
@@ -22,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from lexi.chat.call_end import CallEnd
 from lexi.held_back import held_back_length
 
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
@@ -88,7 +90,7 @@ def opened_message(prompt: str) -> str | None:
 class HarmonyParser:
     """States: "header" (framing held until <|message|>), "body", "plain" (not harmony: content as written)."""
 
-    __slots__ = ("_state", "_buffer", "_header", "_route", "_keep_frame", "_said", "_fresh")
+    __slots__ = ("_state", "_buffer", "_header", "_route", "_keep_frame", "_said", "_fresh", "_call_end")
 
     def __init__(self, opened: str | None = None, keep_frame: bool = False) -> None:
         """`opened`: the header of a message the prompt opened (the output starts in its body)."""
@@ -97,6 +99,7 @@ class HarmonyParser:
         self._said: set[str] = set()  # kinds that earlier messages wrote text of
         self._fresh = True  # the current message has written no text yet
         self._state, self._header, self._route = "header", "", ""
+        self._call_end = CallEnd(TERMINATORS)  # a call's body ends outside its JSON strings (call_end)
         if opened is not None:
             self._state, self._header, self._route = "body", opened, route_of(opened)
 
@@ -117,6 +120,7 @@ class HarmonyParser:
                 if at >= 0:
                     header, self._buffer = self._buffer[:at], self._buffer[at + len(MESSAGE) :]
                     self._state, self._header, self._route, self._fresh = "body", header, route_of(header), True
+                    self._call_end = CallEnd(TERMINATORS)
                     if self._keep_frame and self._route != "call":
                         self._text(out, "content", header + MESSAGE)
                     continue
@@ -125,7 +129,9 @@ class HarmonyParser:
                     continue
                 break
             else:
-                cut, terminator = _first_terminator(self._buffer)
+                cut, terminator = (
+                    self._call_end.find(self._buffer) if self._route == "call" else _first_terminator(self._buffer)
+                )
                 if cut >= 0:
                     self._close(out, self._buffer[:cut], terminator)
                     self._buffer = self._buffer[cut + len(terminator) :]

@@ -15,7 +15,7 @@ from lexi.chat.harmony import HarmonyCall, HarmonyParser
 from lexi.chat.reasoning import ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.schema_refs import schema_validator, validation_error
-from lexi.chat.tool_calls import ToolCall, ToolCallReader
+from lexi.chat.tool_calls import ToolCall, ToolCallReader, json_valued
 from lexi.chat.tool_parser import OPEN, CallBlock, ToolCallParser
 from lexi.chat.tools import ToolSet
 
@@ -68,7 +68,7 @@ class ChatOutput:
         parse = tools is not None and tools.choice.mode != "none"
         self._tools = tools
         self._reader = ToolCallReader(tools) if parse else None
-        self._parser = ToolCallParser() if parse and harmony is None else None
+        self._parser = ToolCallParser(json_valued(tools)) if parse and harmony is None else None
         self.calls: list[ToolCall] = []
         self.reasoning_tokens = 0
         self.fed_reasoning = False  # the last feed's tokens were thought (their logprobs are not content's)

@@ -17,11 +17,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from lexi.chat.call_end import PARAMETER_END, JsonValued, JsonWalk
 from lexi.chat.schema_refs import resolve_ref, schema_validator, validation_error
 from lexi.chat.tools import Tool, ToolSet
 
-_FUNCTION = re.compile(r"\s*<function=([^>\n]*)>(.*)</function>\s*", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.DOTALL)
+_FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
+_PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +91,41 @@ def _read_json_form(body: str) -> tuple[str, dict[str, Any]] | str:
 
 
 def _read_function_form(body: str, tools: ToolSet) -> tuple[str, dict[str, Any]] | str:
-    match = _FUNCTION.fullmatch(body)
+    """Parameters are cut where the constraint ends them (`call_end`): a text value at its first `</parameter>`,
+    a JSON value at the first `</parameter>` outside its strings."""
+    match = _FUNCTION.match(body)
     if match is None:
         return "the call is not <function=NAME>...</function>"
-    name, inner = match.group(1).strip(), match.group(2)
+    name, at, valued = match.group(1).strip(), match.end(), json_valued(tools)
     tool = tools.get(name)
     arguments: dict[str, Any] = {}
-    for key, raw in _PARAMETER.findall(inner):
-        key = key.strip()
+    while (opened := _PARAMETER.match(body, at)) is not None:
+        key, start = opened.group(1).strip(), opened.end()
+        end = JsonWalk(start).find(body, (PARAMETER_END,))[0] if valued(name, key) else body.find(PARAMETER_END, start)
+        if end < 0:
+            return f"the parameter {key!r} is not closed with </parameter>"
         if key in arguments:
             return f"the call repeats the parameter {key!r}"
-        arguments[key] = _parameter_value(_strip_one_newline(raw), tool, key)
-    if _PARAMETER.sub("", inner).strip():
+        arguments[key] = _parameter_value(_strip_one_newline(body[start:end]), tool, key)
+        at = end + len(PARAMETER_END)
+    rest = body[at:].strip()
+    if not rest.startswith("</function>"):
         return "the call has text outside its <parameter=...> elements"
+    if rest != "</function>":
+        return "the call is not <function=NAME>...</function>"
     return name, arguments
+
+
+def json_valued(tools: ToolSet) -> JsonValued:
+    """Whether a function-form parameter's value is JSON text: a property of the tool's schema that is not a string
+    (what the call constraint writes as JSON); text otherwise, unknown keys included."""
+
+    def valued(name: str, key: str) -> bool:
+        tool = tools.get(name)
+        properties = tool.parameters.get("properties") if tool and isinstance(tool.parameters, dict) else None
+        return isinstance(properties, dict) and key in properties and not says_string(tool.parameters, key)
+
+    return valued
 
 
 def _strip_one_newline(raw: str) -> str:

@@ -2,16 +2,18 @@
 
 `feed(text)` returns what that text releases, in order: plain text (str) and whole call blocks
 (`CallBlock`); `finish()` releases the rest. What a block says is read elsewhere (`tool_calls.py`):
-this parser only cuts. Text that could still be the start of `<tool_call>` is held back, so an opener
-split across generation events never leaks into the content; so is whitespace at the end of plain
-text, which is dropped when a call or the end of the output follows it. The same output therefore
-gives the same pieces however it is cut into chunks.
+this parser only cuts, where the call constraint ends a call (`call_end`: never inside a value). Text
+that could still be the start of `<tool_call>` is held back, so an opener split across generation events
+never leaks into the content; so is whitespace at the end of plain text, which is dropped when a call or
+the end of the output follows it. The same output therefore gives the same pieces however it is cut into
+chunks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lexi.chat.call_end import CallEnd, JsonValued
 from lexi.held_back import held_back_length
 
 OPEN = "<tool_call>"
@@ -27,11 +29,14 @@ class CallBlock:
 
 
 class ToolCallParser:
-    __slots__ = ("_buffer", "_in_call", "_space", "_lead")
+    __slots__ = ("_buffer", "_in_call", "_space", "_lead", "_json_valued", "_end")
 
-    def __init__(self) -> None:
+    def __init__(self, json_valued: JsonValued | None = None) -> None:
+        """`json_valued`: which function-form parameters hold JSON values (tool_calls.json_valued); None: all text."""
         self._buffer = ""  # text not yet released: a possible opener prefix, or the body of an open call
         self._in_call = False
+        self._json_valued = json_valued
+        self._end = CallEnd((CLOSE,), json_valued)
         self._space = ""  # trailing whitespace of released text, held until non-space text follows
         self._lead = ""  # the whitespace held when the open call started
 
@@ -40,7 +45,7 @@ class ToolCallParser:
         self._buffer += text
         while self._buffer:
             if self._in_call:
-                end = self._buffer.find(CLOSE)
+                end = self._end.find(self._buffer)[0]
                 if end < 0:
                     break
                 body = self._buffer[:end]
@@ -53,7 +58,7 @@ class ToolCallParser:
                 self._text(out, self._buffer[:start])
                 self._lead, self._space = self._space, ""  # whitespace right before a call is not content
                 self._buffer = self._buffer[start + len(OPEN) :]
-                self._in_call = True
+                self._in_call, self._end = True, CallEnd((CLOSE,), self._json_valued)
                 continue
             keep = held_back_length(self._buffer, (OPEN,))
             self._text(out, self._buffer[: len(self._buffer) - keep])

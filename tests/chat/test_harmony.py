@@ -160,6 +160,14 @@ def test_calls_are_verified_against_the_tool_schema_at_every_cut():
         assert run(text, cut=cut) == ("Weather for Paris.", "", [("get_weather", {"city": "Paris", "days": 2})])
 
 
+def test_a_terminator_inside_a_string_does_not_end_the_call():
+    """The constraint lets a JSON string hold `<|call|>`, `<|end|>`, `<|return|>` as text: the call ends after it."""
+    city = 'a <|call|> <|end|> <|return|> \\" b'
+    text = f'{CALL_IN_CHANNEL}{{"city": "{city}"}}<|end|>{FINAL}after'
+    for cut in range(1, len(text)):
+        assert run(text, cut=cut) == ("", "after", [("get_weather", {"city": 'a <|call|> <|end|> <|return|> " b'})])
+
+
 @pytest.mark.parametrize(
     "call",
     [

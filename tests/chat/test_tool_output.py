@@ -92,6 +92,51 @@ def test_events_do_not_depend_on_chunking(name):
         assert got[:3] == (reasoning, content, calls), pieces
 
 
+NOTE = Tool(
+    "note",
+    None,
+    {"type": "object", "properties": {"text": {"type": "string"}, "data": {"type": "object"}}, "required": ["text"]},
+    strict=False,
+)
+MARKERS = "</tool_call> </parameter> </function> <tool_call> <|im_end|> <|eot_id|>"
+MARKED_CALLS = {  # a closing marker written inside a value, as the call constraint lets a model write it
+    "json form, in a string": (
+        '<tool_call>\n{"name": "note", "arguments": {"text": "a ' + MARKERS + ' \\" b"}}\n</tool_call> after',
+        {"text": "a " + MARKERS + ' " b'},
+    ),
+    "json form, in a nested string": (
+        '<tool_call>{"name": "note", "arguments": {"text": "x", "data": {"k": ["' + MARKERS + '"]}}}</tool_call> after',
+        {"text": "x", "data": {"k": [MARKERS]}},
+    ),
+    "function form, a text value": (
+        "<tool_call>\n<function=note>\n<parameter=text>\n" + MARKERS.replace("</parameter> ", "") + "\n"
+        "</parameter>\n</function>\n</tool_call> after",
+        {"text": MARKERS.replace("</parameter> ", "")},
+    ),
+    "function form, a JSON value": (
+        "<tool_call>\n<function=note>\n<parameter=text>\nx\n</parameter>\n<parameter=data>\n"
+        '{"k": "' + MARKERS + '"}\n</parameter>\n</function>\n</tool_call> after',
+        {"text": "x", "data": {"k": MARKERS}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", MARKED_CALLS)
+def test_a_closing_marker_inside_a_value_does_not_end_the_call(name):
+    """The reader ends a call where the constraint does: never inside a JSON string or a parameter's value."""
+    text, arguments = MARKED_CALLS[name]
+    for pieces in cuts(text):
+        for choice in (ToolChoice("auto"), ToolChoice("function", "note")):
+            assert run(pieces, ToolSet((NOTE,), choice))[1:3] == ("after", [("note", arguments)]), pieces
+
+
+def test_a_function_form_value_that_never_closes_is_not_a_call():
+    text = "<tool_call><function=note><parameter=text>\nx\n</function></tool_call>"
+    assert run([text], ToolSet((NOTE,), ToolChoice("auto")))[1:3] == ("", text, [])[1:3]
+    with pytest.raises(ToolCallError, match="not closed"):
+        run([text], ToolSet((NOTE,), ToolChoice("required")))
+
+
 def test_unclosed_call_at_eos_is_read_but_not_when_cut_by_the_length_limit():
     text = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n'
     assert run([text])[2] == [("get_time", {"zone": "UTC"})]

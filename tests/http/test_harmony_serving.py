@@ -220,3 +220,49 @@ def test_qwen3_coder_forced_call_validates(coder):
         assert reply.choices[0].finish_reason == "tool_calls", reply.choices[0]
         (call,) = reply.choices[0].message.tool_calls
         jsonschema.validate(json.loads(call.function.arguments), PARAMETERS)
+
+
+def _marked_tool(properties: dict) -> list[dict]:
+    parameters = {"type": "object", "properties": properties, "required": list(properties)}
+    return [{"type": "function", "function": {"name": "get_weather", "parameters": parameters}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "which, properties",
+    [
+        ("gpt_oss", {"city": {"type": "string", "const": "a <|call|> <|end|> <|return|> <|start|> b"}}),
+        (
+            "coder",
+            {
+                "city": {"type": "string", "const": "a </tool_call> </function> <tool_call> <|im_end|> b"},
+                "extra": {
+                    "type": "object",
+                    "properties": {"code": {"type": "string", "const": "x </parameter> </tool_call> y"}},
+                    "required": ["code"],
+                },
+            },
+        ),
+    ],
+)
+def test_a_closing_marker_inside_a_value_stays_in_the_call(which, properties, stream, request):
+    """Harmony's terminators in a JSON string; Qwen3-Coder's function form with its tags in a text value and in a
+    JSON value's string: each call ends where the constraint ends it, after the value."""
+    client = request.getfixturevalue(which)
+    reply = client.chat.completions.create(
+        model=model_of(client), messages=ASK, tools=_marked_tool(properties), tool_choice=FORCED, max_tokens=160,
+        stream=stream,
+    )  # fmt: skip
+    if stream:
+        chunks = list(reply)
+        finish = chunks[-1].choices[0].finish_reason
+        arguments = "".join(
+            c.function.arguments or "" for chunk in chunks for d in chunk.choices for c in d.delta.tool_calls or []
+        )
+    else:
+        finish = reply.choices[0].finish_reason
+        arguments = reply.choices[0].message.tool_calls[0].function.arguments
+    assert finish == "tool_calls"
+    expected = {key: sub["const"] if "const" in sub else {"code": sub["properties"]["code"]["const"]}
+                for key, sub in properties.items()}  # fmt: skip
+    assert json.loads(arguments) == expected

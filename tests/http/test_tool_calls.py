@@ -230,3 +230,36 @@ def test_a_further_call_that_cannot_fit_is_not_begun(tools_server, client_for):
         "parameters": city_only}], tool_choice="required", max_output_tokens=32, temperature=0,
     )  # fmt: skip
     assert r.status == "completed" and [item.type for item in r.output] == ["function_call"] * len(r.output), r
+
+
+# Each call format's closing marker and the end-of-turn token's text, written inside a string value (the schema's
+# const makes the constraint write it): the reader must end the call where the constraint does, after the value.
+JSON_FORM_MARKERS = "a </tool_call> <tool_call> <|im_end|> b"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("which", ["server", "tools_server"])
+def test_a_closing_marker_inside_a_string_value_stays_in_the_call(which, stream, request, client_for):
+    """The engine's tool prompt (JSON form) and a Hermes template (JSON form), plain and streamed."""
+    parameters = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "note": {"type": "string", "const": JSON_FORM_MARKERS}},
+        "required": ["city", "note"],
+    }
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": parameters}}
+    client = client_for(request.getfixturevalue(which))
+    reply = client.chat.completions.create(
+        model=client.models.list().data[0].id, messages=ASK, tools=[tool], tool_choice=FORCED, max_tokens=96,
+        stream=stream,
+    )  # fmt: skip
+    if stream:
+        chunks = list(reply)
+        arguments = "".join(
+            c.function.arguments or "" for chunk in chunks for d in chunk.choices for c in d.delta.tool_calls or []
+        )
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    else:
+        assert reply.choices[0].finish_reason == "tool_calls", reply.choices[0]
+        (call,) = reply.choices[0].message.tool_calls
+        arguments = call.function.arguments
+    assert json.loads(arguments)["note"] == JSON_FORM_MARKERS
