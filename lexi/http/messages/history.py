@@ -6,6 +6,11 @@ and `redacted_thinking` blocks are checked and not replayed, as chat's `reasonin
 assistant turn with text is a prefill: the answer continues it. Images and documents are refused (the
 model reads text), and calls and results are paired as on chat. `cache_control` is taken on every block
 without effect: the prefix cache is automatic.
+
+A client passes a response's content back as the next request's assistant turn (the SDKs' tool loop does), so
+every field of Anthropic's own blocks is taken, checked for its type, and what is only echo is not read: a text
+block's `citations`, a thought's `signature`, a call's `caller` (who made the call) and `toolset_name`. Fields
+outside Anthropic's schema are still refused by name.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from lexi.http.parsing.tool_pairing import Step, check_tool_pairing, history_too
 ROLES = ("user", "assistant")
 BLOCK_FIELDS = {  # what each block may carry, and which role may send it
     "text": ("type", "text", "cache_control", "citations"),
-    "tool_result": ("type", "tool_use_id", "content", "is_error", "cache_control"),
-    "tool_use": ("type", "id", "name", "input", "cache_control"),
+    "tool_result": ("type", "tool_use_id", "content", "is_error", "cache_control", "toolset_name"),
+    "tool_use": ("type", "id", "name", "input", "cache_control", "caller", "toolset_name"),
     "thinking": ("type", "thinking", "signature"),
     "redacted_thinking": ("type", "data"),
 }
@@ -121,18 +126,27 @@ def _blocks(value: Any, where: str, role: str) -> list[dict[str, Any]]:
             raise bad_request(message, param=f"{at}.type")
         refuse_unknown(block, BLOCK_FIELDS[kind], f"{at}.")
         check_cache_control(block.get("cache_control"), f"{at}.cache_control")
+        _check_echo(block, at)
     return value
 
 
+def _check_echo(block: dict[str, Any], where: str) -> None:
+    """The fields a response's block carries back that say nothing to the model: typed, then not read."""
+    f = Fields(block, f"{where}.")
+    f.string("toolset_name")
+    caller = f.obj("caller")
+    if caller is not None and not isinstance(caller.get("type"), str):
+        f.fail("caller", 'must be an object with a "type" (as a response gave it, e.g. {"type": "direct"})')
+
+
 def _text(block: Any, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
-    """A text block as a chat text part; citations are accepted only empty (nothing here makes them)."""
+    """A text block as a chat text part (its citations, echo of a response, are not read)."""
     if not isinstance(block, dict) or block.get("type") not in allowed:
         raise bad_request(f'{where} must be a text block {{"type": "text", "text": "..."}}', param=where)
     refuse_unknown(block, BLOCK_FIELDS["text"], f"{where}.")
     check_cache_control(block.get("cache_control"), f"{where}.cache_control")
     f = Fields(block, f"{where}.")
-    if block.get("citations") not in (None, []):
-        f.fail("citations", "is accepted only empty: this server cites no documents")
+    f.array("citations")  # a response's citations come back with its text: echo, the text is what is read
     text = f.string("text")
     if text is None:
         f.fail("text", "is required")

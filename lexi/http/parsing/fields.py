@@ -141,11 +141,11 @@ class Fields:
             self.fail(key, "must be an array")
         return value
 
-    def tools(self) -> list[Any]:
-        """`tools`: absent means none; an empty array is refused, as OpenAI refuses it on both its routes
-        (a client that has no tools leaves the field out)."""
+    def tools(self, empty_is_none: bool = False) -> list[Any]:
+        """`tools`: absent means none. An empty array is refused as OpenAI's Chat Completions refuses it, unless
+        `empty_is_none`: its Responses API takes `[]` as no tools (openai-agents sends it for an agent without any)."""
         value = self.array("tools")
-        if value == []:
+        if value == [] and not empty_is_none:
             self.fail("tools", "is an empty array: send at least one tool, or leave tools out", code="empty_array")
         return value or []
 

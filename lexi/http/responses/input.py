@@ -12,10 +12,13 @@ from lexi.http.parsing.fields import Fields, refuse_unknown
 from lexi.http.parsing.tool_pairing import Step, check_tool_pairing, history_tool_call
 
 ROLES = ("user", "system", "developer", "assistant")
+# OpenAI's own fields on call items that say who called and where the function lives: typed, then not read (the
+# function's name is what pairs and renders a call)
+ECHO_FIELDS = ("caller", "namespace")
 ITEM_FIELDS = {  # what each input item may carry (ids and statuses come back with items a client echoes)
     "message": ("type", "role", "content", "id", "status", "phase"),
-    "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
-    "function_call_output": ("type", "call_id", "output", "id", "status"),
+    "function_call": ("type", "call_id", "name", "arguments", "id", "status", *ECHO_FIELDS, "async"),
+    "function_call_output": ("type", "call_id", "output", "id", "status", *ECHO_FIELDS, "name"),
     "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
 }
 PHASES = ("commentary", "final_answer")  # an assistant message's phase: templates that read it get it as "phase"
@@ -28,6 +31,15 @@ def input_items(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise bad_request("input must be a string or a non-empty array of input items", param="input")
     return raw
+
+
+def _check_echo(f: Fields) -> None:
+    f.string("namespace")
+    f.string("name")
+    f.boolean("async")
+    caller = f.obj("caller")
+    if caller is not None and not isinstance(caller.get("type"), str):
+        f.fail("caller", 'must be an object with a "type" (as a response gave it)')
 
 
 def input_messages(raw: list[Any], continued: int = 0) -> list[dict[str, Any]]:
@@ -46,6 +58,7 @@ def input_messages(raw: list[Any], continued: int = 0) -> list[dict[str, Any]]:
         kind = f.string("type", default="message")
         if kind in ITEM_FIELDS:
             refuse_unknown(item, ITEM_FIELDS[kind], where + ".")
+            _check_echo(f)
         if kind == "reasoning":
             continue  # accepted and not replayed, as on the chat route
         if kind == "message":

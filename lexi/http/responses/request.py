@@ -37,7 +37,8 @@ from lexi.http.responses.input import input_items, input_messages
 # request fields read by the shared sampling parser under the same names (llama.cpp-style extras included)
 SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-    "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "ignore_eos", "speculative",
+    "presence_penalty", "frequency_penalty", "repeat_penalty", "repetition_penalty", "logit_bias", "ignore_eos",
+    "speculative",
 )  # fmt: skip
 RESPONSES_FIELDS = (
     "model", "input", "instructions", "max_output_tokens", "stream", "stream_options", "metadata", "store",
@@ -203,7 +204,7 @@ def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
     """Function tools in the Responses shape; built-in tools (web_search, file_search, ...) are refused."""
     tools: list[Tool] = []
     try:
-        for i, entry in enumerate(f.tools()):
+        for i, entry in enumerate(f.tools(empty_is_none=True)):
             where = f"tools[{i}]"
             kind = entry.get("type") if isinstance(entry, dict) else None
             if kind != "function":
@@ -227,6 +228,9 @@ def _tools(f: Fields, max_calls: int | None) -> ToolSet | None:
             )  # fmt: skip
         check_tool_names(tools, "tools")
         choice_value = f.data.get("tool_choice")
+        if not tools and choice_value in (None, "auto", "none"):  # `tools: []` with nothing to choose: no tools
+            f.boolean("parallel_tool_calls", default=True)
+            return None
         choice = make_choice(choice_value, tools, "tool_choice", nested=False)
         if isinstance(choice_value, dict):
             refuse_unknown(choice_value, ("type", "name"), "tool_choice.")
