@@ -234,12 +234,12 @@ def test_completion_batch_prompts_times_n(four_slots, tools_server):
     assert 4 <= reply.usage.completion_tokens <= 12
 
 
-def test_streams_carry_the_fingerprint_and_open_with_empty_content(server):
+def test_streams_carry_the_fingerprint_and_open_with_null_content(server):
     from test_streaming import raw_stream, sse_events
 
     _, rest = raw_stream(server, {"messages": USER, "max_tokens": 2, "stream": True})
     chunks = [json.loads(f[6:]) for f in sse_events(rest)[:-1]]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert all(c["system_fingerprint"] == chunks[0]["system_fingerprint"].strip() for c in chunks)
 
 

@@ -39,7 +39,17 @@ def sse_events(rest: bytes) -> list[str]:
         body, buf = body + buf[:size], buf[size + 2 :]
     frames = body.decode().split("\n\n")
     assert frames[-1] == ""
+    for frame in frames[:-1]:
+        assert_no_empty_text_delta(frame)
     return [f for f in frames[:-1]]
+
+
+def assert_no_empty_text_delta(frame: str) -> None:
+    """A chat chunk carries text only when there is text (llama.cpp's own stream check refuses `"content": ""`)."""
+    data = next((line[6:] for line in frame.split("\n") if line.startswith("data: {")), None)
+    for choice in json.loads(data).get("choices") or [] if data else []:
+        for key in ("content", "reasoning_content"):
+            assert (choice.get("delta") or {}).get(key) != "", f"an empty {key} delta: {frame}"
 
 
 def test_chat_stream_shape_over_raw_http(server):
@@ -56,7 +66,7 @@ def test_chat_stream_shape_over_raw_http(server):
     assert all(f.startswith("data: ") for f in frames)
     assert frames[-1] == "data: [DONE]"
     chunks = [json.loads(f[6:]) for f in frames[:-1]]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # as OpenAI sends it
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}  # no text yet: no empty text
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
     assert all("usage" in c and c["usage"] is None for c in chunks[:-1])  # OpenAI: null until the last chunk

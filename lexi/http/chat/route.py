@@ -64,9 +64,8 @@ class ChatCompletionsRoute(GenerationRoute):
         outputs = [turn.output() for _ in range(n)]
         logprobs = [ContentLogprobs(tokenizer) for _ in range(n)]
         chunks = ChatChunks(model, self.state.fingerprint, req.include_usage)
-        tools = req.conversation.tools
-        first = {"role": "assistant", "content": None if tools is not None and tools.forced else ""}
-        for i in range(n):  # a forced call's first delta carries no text, as OpenAI's does
+        first = {"role": "assistant", "content": None}  # text deltas come only with text (llama.cpp checks that)
+        for i in range(n):
             yield frame(chunks.chunk(i, first))
         async for i, delta, events in output_events(stream, outputs):
             attached = logprobs[i].feed(delta.logprobs, events, outputs[i].fed_reasoning)
