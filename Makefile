@@ -22,7 +22,7 @@ CPU_SOURCES := $(wildcard lexi/kernels/cpu/*.c lexi/kernels/cpu/*.h) setup.py
 CPU_STAMP := lexi/kernels/.cpu-built
 PYTEST_ARGS ?=
 
-.PHONY: venv serve test lint clean
+.PHONY: venv serve test test-fast lint clean
 
 venv: $(CPU_STAMP)
 
@@ -54,6 +54,10 @@ serve: $(CPU_STAMP)
 
 test: $(CPU_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The inner loop: no servers, no Triton interpreter or offline compiles, no peers, nothing marked slow.
+test-fast: $(CPU_STAMP)
+	$(BIN)/python -m pytest -m "not server and not triton and not peer and not slow" $(PYTEST_ARGS)
 
 lint: $(CPU_STAMP)
 	$(BIN)/ruff check lexi tests bench

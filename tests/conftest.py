@@ -149,3 +149,25 @@ def harmony_tokenizer(harmony_path):
     from lexi.gguf.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(read_gguf(harmony_path))
+
+
+# The tiers `make test-fast` leaves out (`-m "not server and not triton and not peer and not slow"`): everything
+# still runs in `make test`. A module is a server module when it starts `lexi-engine` (or Ray, or a bench script
+# that does) as a process; a Triton module runs kernels through Triton's interpreter or compiles them offline.
+SERVER_DIRS = {"http", "ray", "bench"}
+SERVER_MODULES = {"test_generate_cli.py", "test_real_size.py"}
+TRITON_MODULES = {
+    "test_qmatmul.py", "test_paged_attention.py", "test_fused_moe.py", "test_triton_path.py", "test_qmatmul_compile.py",
+    "test_fused_moe_compile.py", "test_paged_attention_sm90.py", "test_kernels_gfx942.py",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).parent
+    for item in items:
+        path = Path(item.path)
+        parts = path.relative_to(tests).parts if tests in path.parents else ()
+        if (parts and parts[0] in SERVER_DIRS) or path.name in SERVER_MODULES:
+            item.add_marker(pytest.mark.server)
+        if path.name in TRITON_MODULES or "triton" in item.name:
+            item.add_marker(pytest.mark.triton)
