@@ -28,6 +28,7 @@ setup(
                     "moe.c",
                     "decode.c",
                     "decode_attn.c",
+                    "decode_math.c",
                     "attn_avx2.c",
                     "act_avx2.c",
                 )

@@ -4,44 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lexi.kernels.backend import KERNELS
-
-LOAD_OPTIONS = ("dtype", "device", "deterministic", "kernels", "activations")  # LoadConfig's fields, as options
-
-
-def _load_options(command):
-    """--dtype, --device, --deterministic, --kernels, --activations: how the model loads, for serve and generate."""
-    options = [
-        click.option(
-            "--dtype",
-            type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
-            default="auto",
-            show_default=True,
-        ),
-        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-        click.option(
-            "--deterministic",
-            is_flag=True,
-            help="Greedy output independent of the batch and of prefix-cache hits (slower prefill; CPU).",
-        ),
-        click.option(
-            "--kernels",
-            type=click.Choice(KERNELS),
-            default="auto",
-            show_default=True,
-            help="auto: Triton on CUDA, the CPU kernels elsewhere. triton on a CPU needs TRITON_INTERPRET=1 (slow).",
-        ),
-        click.option(
-            "--activations",
-            type=click.Choice(["int16", "int8"]),
-            default="int16",
-            show_default=True,
-            help="CPU: a matmul's input as two int8 terms (finer than bfloat16) or one (llama.cpp's; faster prefill).",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+from lexi.cli_options import LOAD_OPTIONS, json_object, load_config, load_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,40 +16,11 @@ def main() -> None:
     apply_process_defaults()
 
 
-def _load_config(**fields):
-    """The LoadConfig of these options, checked against this machine (imports torch): an option that cannot be
-    met here (--kernels triton without CUDA or the interpreter, say) is a usage error naming it, exit 2."""
-    from lexi.model.loader import LoadConfig, LoadConfigError
-
-    try:
-        config = LoadConfig(**fields)
-        config.resolve()
-    except LoadConfigError as exc:
-        raise click.BadParameter(exc.message, param_hint=f"--{exc.field}") from None
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    return config
-
-
-def _json_object(ctx, param, value):
-    import json
-
-    if value is None:
-        return {}
-    try:
-        data = json.loads(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise click.BadParameter("must be a JSON object")
-    return data
-
-
 @main.command("serve")
 @click.option("-m", "--model", "model_name", default=None, help="A GGUF path or a bundled model name (default model).")
 @click.option("--alias", multiple=True, help="HTTP model name; repeatable. The first is the public id.")
 @click.option("--chat-template-file", default=None, help="A Jinja chat template replacing the GGUF's.")
-@click.option("--chat-template-kwargs", callback=_json_object, help="JSON object of default template variables.")
+@click.option("--chat-template-kwargs", callback=json_object, help="JSON object of default template variables.")
 @click.option("--reasoning-format", type=click.Choice(["auto", "none"]), default="auto", show_default=True)
 @click.option("--temp", type=click.FloatRange(0, 2), default=None, help="Default temperature (0-2).")
 @click.option("--top-p", type=click.FloatRange(0, 1), default=None, help="Default top_p (0-1).")
@@ -143,7 +77,7 @@ def _json_object(ctx, param, value):
 @click.option("--parallel", type=click.IntRange(1, 256), default=4, show_default=True, help="Slots.")
 @click.option("--ctx-size", type=click.IntRange(16, 1 << 20), default=4096, show_default=True, help="Tokens per slot.")
 @click.option("--batch-size", type=click.IntRange(1, 1 << 16), default=512, show_default=True)
-@_load_options
+@load_options
 @click.option("--api-key", multiple=True, help="Bearer key required on every route but /health; repeatable.")
 @click.option("--api-key-file", default=None, help="A file of keys, one a line.")
 @click.option(
@@ -188,27 +122,37 @@ def _json_object(ctx, param, value):
 )
 def serve_command(**opts) -> None:
     """Serve one model over the OpenAI-compatible HTTP API."""
-
-    from lexi.chat.template import ChatTemplateError
-    from lexi.engine.config import EngineConfig
-    from lexi.engine.ngram import SpecConfig
-    from lexi.gguf.errors import GGUFError
-    from lexi.http.ops.auth import read_key_file
-    from lexi.http.ops.config import SamplingDefaults, ServerConfig
     from lexi.http.ops.logs import configure_logging
-    from lexi.http.state import DraftModelError
-    from lexi.http.tornado.server import ListenError, serve
 
     configure_logging(opts["log_format"])
+    config, sampling, engine = _serve_configs(opts, _api_keys(opts))
+    _check_replica_options(config, opts)
+    raise SystemExit(_run_serve(config, sampling, engine, opts))
+
+
+def _api_keys(opts) -> tuple[str, ...]:
+    """--api-key's keys and --api-key-file's; a file that cannot be read, or holds none, is a usage error."""
+    from lexi.http.ops.auth import read_key_file
+
     keys = tuple(opts["api_key"])
-    if opts["api_key_file"] is not None:
-        try:
-            keys += read_key_file(opts["api_key_file"])
-        except (OSError, UnicodeDecodeError) as exc:
-            message = f"cannot read {opts['api_key_file']!r}: {exc}"
-            raise click.BadParameter(message, param_hint="--api-key-file") from None
-        if not keys:
-            raise click.BadParameter("the file holds no key", param_hint="--api-key-file")
+    if opts["api_key_file"] is None:
+        return keys
+    try:
+        keys += read_key_file(opts["api_key_file"])
+    except (OSError, UnicodeDecodeError) as exc:
+        message = f"cannot read {opts['api_key_file']!r}: {exc}"
+        raise click.BadParameter(message, param_hint="--api-key-file") from None
+    if not keys:
+        raise click.BadParameter("the file holds no key", param_hint="--api-key-file")
+    return keys
+
+
+def _serve_configs(opts, keys: tuple[str, ...]):
+    """(ServerConfig, SamplingDefaults, EngineConfig) of the options; a field out of range is a usage error."""
+    from lexi.engine.config import EngineConfig
+    from lexi.engine.ngram import SpecConfig
+    from lexi.http.ops.config import SamplingDefaults, ServerConfig
+
     try:
         config = ServerConfig(
             model=opts["model_name"],
@@ -232,17 +176,23 @@ def serve_command(**opts) -> None:
             min_p=opts["min_p"],
             n_predict=opts["n_predict"],
         )
+        spec = SpecConfig(
+            opts["spec"], opts["spec_max"], opts["spec_min_match"], opts["model_draft"], opts["spec_p_min"]
+        )
         engine = EngineConfig(
             parallel=opts["parallel"],
             ctx_size=opts["ctx_size"],
             batch_size=opts["batch_size"],
             queue_wait=opts["queue_wait"],
-            spec=SpecConfig(
-                opts["spec"], opts["spec_max"], opts["spec_min_match"], opts["model_draft"], opts["spec_p_min"]
-            ),
+            spec=spec,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    return config, sampling, engine
+
+
+def _check_replica_options(config, opts) -> None:
+    """--ray-address and --port 0 make sense only with, or only without, --replicas N > 1."""
     replicas = opts["replicas"]
     if replicas == 1 and opts["ray_address"] is not None:
         raise click.BadParameter("is used with --replicas N > 1", param_hint="--ray-address")
@@ -251,14 +201,22 @@ def serve_command(**opts) -> None:
             "must name a port with --replicas N > 1 (Ray Serve's proxy listens on it)", param_hint="--port"
         )
 
+
+def _run_serve(config, sampling, engine, opts) -> int:
+    """Serve until shut down (Tornado, or Ray Serve with --replicas N > 1): the exit code. What cannot be served
+    is a usage error naming its option."""
+    from lexi.chat.template import ChatTemplateError
+    from lexi.gguf.errors import GGUFError
+    from lexi.http.state import DraftModelError
+    from lexi.http.tornado.server import ListenError, serve
+
     def load():  # imports torch: only after the model file and the template have passed their checks
-        return _load_config(**{key: opts[key] for key in LOAD_OPTIONS})
+        return load_config(**{key: opts[key] for key in LOAD_OPTIONS})
 
     try:
-        if replicas > 1:
-            code = _serve_replicas(config, sampling, engine, opts)
-        else:
-            code = serve(config, sampling, engine, load)
+        if opts["replicas"] > 1:
+            return _serve_replicas(config, sampling, engine, opts)
+        return serve(config, sampling, engine, load)
     except ChatTemplateError as exc:
         if config.chat_template_file is not None:
             raise click.BadParameter(str(exc), param_hint="--chat-template-file") from None
@@ -269,7 +227,6 @@ def serve_command(**opts) -> None:
         raise click.BadParameter(str(exc), param_hint="--model-draft") from None
     except ListenError as exc:
         raise click.BadParameter(exc.message, param_hint=exc.option) from None
-    raise SystemExit(code)
 
 
 def _serve_replicas(config, sampling, engine, opts) -> int:
@@ -326,52 +283,50 @@ def models_command() -> None:
 @click.option("--top-p", type=click.FloatRange(0.0, 1.0), default=0.95, show_default=True, help="1 = off.")
 @click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True, help="0 = off.")
 @click.option("--seed", type=int, default=None, help="Same seed and prompt give the same text.")
-@_load_options
+@load_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"prompt_tokens", "tokens", "text"} as one JSON object.')
-def generate_command(
-    model_name,
-    prompt,
-    n_predict,
-    temp,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    dtype,
-    device,
-    deterministic,
-    kernels,
-    activations,
-    as_json,
-) -> None:
+def generate_command(**opts) -> None:
     """Continue one prompt with the model and print the text (no server)."""
-    import json
-    import sys
+    load = load_config(**{key: opts[key] for key in LOAD_OPTIONS})
+    tokenizer, model, gen, params = _generator(opts, load)
+    _print_generation(tokenizer, model, gen, params, opts["prompt"], opts["as_json"])
 
-    from lexi.engine.sampler import Sampler, SamplerState
+
+def _generator(opts, load):
+    """(tokenizer, model, GenerateConfig, SamplingParams) of the options; a file that cannot be served is a usage
+    error naming -m, a value out of range one naming the value."""
     from lexi.engine.sampling import SamplingParams
     from lexi.gguf.bundled import resolve_model
     from lexi.gguf.errors import GGUFError
     from lexi.gguf.reader import read_gguf
     from lexi.gguf.tokenizer import Tokenizer
-    from lexi.model.generate import GenerateConfig, generate_tokens
+    from lexi.model.generate import GenerateConfig
     from lexi.model.loader import load_model
 
-    load = _load_config(
-        dtype=dtype, device=device, deterministic=deterministic, kernels=kernels, activations=activations
-    )
     try:
-        gen = GenerateConfig(n_predict=n_predict)
+        gen = GenerateConfig(n_predict=opts["n_predict"])
         params = SamplingParams(
-            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, max_tokens=n_predict
-        )
-        f = read_gguf(resolve_model(model_name))
+            temperature=opts["temp"], top_k=opts["top_k"], top_p=opts["top_p"], min_p=opts["min_p"],
+            seed=opts["seed"], max_tokens=opts["n_predict"],
+        )  # fmt: skip
+        f = read_gguf(resolve_model(opts["model_name"]))
         tokenizer = Tokenizer.from_gguf(f)
-        model = load_model(f, load, progress=not as_json)
+        model = load_model(f, load, progress=not opts["as_json"])
     except GGUFError as exc:
         raise click.BadParameter(str(exc), param_hint="'-m' / '--model'") from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    return tokenizer, model, gen, params
+
+
+def _print_generation(tokenizer, model, gen, params, prompt: str, as_json: bool) -> None:
+    """The text as it comes, or with --json one object of the prompt's tokens, the tokens and the text at the end."""
+    import json
+    import sys
+
+    from lexi.engine.sampler import Sampler, SamplerState
+    from lexi.model.generate import generate_tokens
+
     sampler, state = Sampler(model.args.vocab_size), SamplerState(params)
 
     def pick(logits, history):

@@ -106,58 +106,11 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Tokenizer:
         meta = f.metadata
-        model = meta.get("tokenizer.ggml.model")
-        if model is None:
-            raise GGUFError(f"{f.path}: no tokenizer in the metadata (tokenizer.ggml.model is missing)")
-        if model not in SUPPORTED_TOKENIZER_MODELS:
-            raise GGUFError(
-                f"{f.path}: tokenizer model {model!r} is not supported "
-                f"(supported: {', '.join(SUPPORTED_TOKENIZER_MODELS)})"
-            )
-        tokens = meta.get("tokenizer.ggml.tokens")
-        if not tokens:
-            raise GGUFError(f"{f.path}: the vocabulary (tokenizer.ggml.tokens) is missing or empty")
-        types = meta.get("tokenizer.ggml.token_type") or [int(TokenType.NORMAL)] * len(tokens)
-        if len(types) != len(tokens):
-            raise GGUFError(f"{f.path}: {len(types)} token types for {len(tokens)} tokens")
+        model, tokens, types = _vocabulary(f)
         ids = {text: i for i, text in enumerate(tokens)}  # a repeated text maps to its last id, as in llama.cpp
-        try:
-            if model == "gpt2":
-                hf = _byte_level_bpe(f, ids)
-            else:
-                scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
-                hf = _sentencepiece_bpe(tokens, scores, ids)
-        except GGUFError:
-            raise
-        except Exception as exc:  # tokenizers raises plain Exceptions for inconsistent vocabularies
-            raise GGUFError(f"{f.path}: the {model} vocabulary cannot be built: {exc}") from None
+        hf = _hf_tokenizer(f, model, tokens, ids)
         bos_id = meta.get("tokenizer.ggml.bos_token_id")
-        eog = {
-            meta[k]
-            for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
-            if k in meta
-        }
-        eog |= {ids[text] for text in _EOG_TEXTS if text in ids}
-        out_of_range = sorted(i for i in (*eog, bos_id) if i is not None and not 0 <= i < len(tokens))
-        if out_of_range:
-            raise GGUFError(f"{f.path}: special token id {out_of_range[0]} is outside the vocabulary of {len(tokens)}")
-        # llama.cpp makes every end-of-generation token a control token, whatever the file says.
-        types = [int(TokenType.CONTROL) if i in eog else t for i, t in enumerate(types)]
-        eos_id = meta.get("tokenizer.ggml.eos_token_id", meta.get("tokenizer.ggml.eot_token_id"))
-        if all(text in ids for text in ("<|return|>", "<|call|>", "<|end|>")):
-            # o200k_harmony, as llama.cpp reads it: <|end|> closes one message (a thought) inside the answer, which
-            # <|return|> or <|call|> ends; the frame tokens and <|end|> are text the chat layer reads.
-            end = ids["<|end|>"]
-            eog.discard(end)
-            types[end] = int(TokenType.USER_DEFINED)
-            eos_id = ids["<|return|>"] if eos_id == end else eos_id
-        for text in _HARMONY_FRAME:
-            if text in ids:
-                types[ids[text]] = int(TokenType.USER_DEFINED)
-        if eos_id is None:
-            if not eog:
-                raise GGUFError(f"{f.path}: the vocabulary has no end-of-sequence token")
-            eos_id = min(eog)
+        eog, eos_id, types = _end_tokens(f, ids, types, bos_id)
         add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", model == "llama")) and bos_id is not None
         return cls(
             model=model,
@@ -250,6 +203,71 @@ class IncrementalDetokenizer:
     def finish(self) -> str:
         """Whatever is still held back (an unfinished sequence comes out as U+FFFD)."""
         return self._decoder.decode(b"", final=True)
+
+
+def _vocabulary(f: GGUFFile) -> tuple[str, list[str], list[int]]:
+    """(tokenizer model, token texts, token types) of the file, refused with a GGUFError when unusable."""
+    meta = f.metadata
+    model = meta.get("tokenizer.ggml.model")
+    if model is None:
+        raise GGUFError(f"{f.path}: no tokenizer in the metadata (tokenizer.ggml.model is missing)")
+    if model not in SUPPORTED_TOKENIZER_MODELS:
+        raise GGUFError(
+            f"{f.path}: tokenizer model {model!r} is not supported (supported: {', '.join(SUPPORTED_TOKENIZER_MODELS)})"
+        )
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise GGUFError(f"{f.path}: the vocabulary (tokenizer.ggml.tokens) is missing or empty")
+    types = meta.get("tokenizer.ggml.token_type") or [int(TokenType.NORMAL)] * len(tokens)
+    if len(types) != len(tokens):
+        raise GGUFError(f"{f.path}: {len(types)} token types for {len(tokens)} tokens")
+    return model, tokens, types
+
+
+def _hf_tokenizer(f: GGUFFile, model: str, tokens: list[str], ids: dict[str, int]) -> HFTokenizer:
+    try:
+        if model == "gpt2":
+            return _byte_level_bpe(f, ids)
+        scores = f.metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+        return _sentencepiece_bpe(tokens, scores, ids)
+    except GGUFError:
+        raise
+    except Exception as exc:  # tokenizers raises plain Exceptions for inconsistent vocabularies
+        raise GGUFError(f"{f.path}: the {model} vocabulary cannot be built: {exc}") from None
+
+
+def _end_tokens(
+    f: GGUFFile, ids: dict[str, int], types: list[int], bos_id: int | None
+) -> tuple[set[int], int, list[int]]:
+    """(end-of-generation ids, the end-of-sequence id, the token types with llama.cpp's corrections)."""
+    meta, n = f.metadata, len(types)  # one type a token (_vocabulary checks it)
+    eog = {
+        meta[k]
+        for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+        if k in meta
+    }
+    eog |= {ids[text] for text in _EOG_TEXTS if text in ids}
+    out_of_range = sorted(i for i in (*eog, bos_id) if i is not None and not 0 <= i < n)
+    if out_of_range:
+        raise GGUFError(f"{f.path}: special token id {out_of_range[0]} is outside the vocabulary of {n}")
+    # llama.cpp makes every end-of-generation token a control token, whatever the file says.
+    types = [int(TokenType.CONTROL) if i in eog else t for i, t in enumerate(types)]
+    eos_id = meta.get("tokenizer.ggml.eos_token_id", meta.get("tokenizer.ggml.eot_token_id"))
+    if all(text in ids for text in ("<|return|>", "<|call|>", "<|end|>")):
+        # o200k_harmony, as llama.cpp reads it: <|end|> closes one message (a thought) inside the answer, which
+        # <|return|> or <|call|> ends; the frame tokens and <|end|> are text the chat layer reads.
+        end = ids["<|end|>"]
+        eog.discard(end)
+        types[end] = int(TokenType.USER_DEFINED)
+        eos_id = ids["<|return|>"] if eos_id == end else eos_id
+    for text in _HARMONY_FRAME:
+        if text in ids:
+            types[ids[text]] = int(TokenType.USER_DEFINED)
+    if eos_id is None:
+        if not eog:
+            raise GGUFError(f"{f.path}: the vocabulary has no end-of-sequence token")
+        eos_id = min(eog)
+    return eog, eos_id, types
 
 
 def _byte_level_bpe(f: GGUFFile, vocab: dict[str, int]) -> HFTokenizer:

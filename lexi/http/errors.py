@@ -75,8 +75,20 @@ def failed_mid_stream(exc: BaseException) -> ApiError:
 
 # ---- the layers below, in HTTP terms ----
 
+
+class TemplateVariablesError(ValueError):
+    """The request's template variables (`param`: chat_template_kwargs or reasoning_effort) refused by the turn's
+    own check (lexi/http/generation/turn.py), before the template sees them."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 ENGINE_REFUSALS = (EngineBusy, ContextOverflow, ValueError)
-TURN_FAULTS = (ConstraintError, ThinkingUnsupported, TemplateRenderError, ValueError)
+# What rendering a turn raises on purpose: the template's own faults and the turn's checks. Not ValueError: a bug
+# while building a turn raises that too, and it is a 500, not a 400 that blames the request.
+TURN_FAULTS = (ConstraintError, ThinkingUnsupported, TemplateRenderError, TemplateVariablesError)
 
 
 def engine_refusal(exc: BaseException) -> BaseException:
@@ -95,7 +107,7 @@ def constraint_error(exc: ConstraintError, param: str | None = None) -> ApiError
     return bad_request(str(exc), param=exc.param or param, code="invalid_constraint")
 
 
-def turn_error(exc: Exception) -> ApiError:
+def turn_error(exc: ConstraintError | ThinkingUnsupported | TemplateRenderError | TemplateVariablesError) -> ApiError:
     """A fault met while rendering a turn (one of TURN_FAULTS), named in chat's fields."""
     if isinstance(exc, ConstraintError):
         return constraint_error(exc)
@@ -103,7 +115,7 @@ def turn_error(exc: Exception) -> ApiError:
         return ApiError(501, str(exc), param="reasoning_effort", code="thinking_not_supported")
     if isinstance(exc, TemplateRenderError):
         return bad_request(str(exc), param="messages", code="template_error")
-    return bad_request(str(exc), param="chat_template_kwargs")
+    return bad_request(str(exc), param=exc.param)
 
 
 def unfit_answer(exc: OutputError) -> ApiError:

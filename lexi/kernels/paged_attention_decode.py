@@ -61,12 +61,7 @@ def _paged_attention_decode_kernel(
     split = tl.program_id(2)
 
     seq_len = tl.load(seq_lens_ptr + seq)
-    lo = tl.where(sliding_window > 0, tl.maximum(seq_len - sliding_window, 0), 0)
-    # Tiles start on a BLOCK_N boundary; the keys before lo in the first tile are masked.
-    lo_aligned = (lo // BLOCK_N) * BLOCK_N
-    chunk = tl.cdiv(tl.cdiv(seq_len - lo_aligned, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    split_lo = lo_aligned + split * chunk
-    split_hi = tl.minimum(seq_len, split_lo + chunk)
+    lo, split_lo, split_hi = _split_keys(seq_len, sliding_window, split, BLOCK_N, NUM_SPLITS)
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
@@ -110,11 +105,33 @@ def _paged_attention_decode_kernel(
         out_ptrs = out_ptr + seq.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=store_mask)
     else:
-        # Partials are (S, H, NUM_SPLITS[, HEAD_DIM]) fp32, contiguous; an empty split stores m=-inf, l=0.
-        row = (seq.to(tl.int64) * num_heads + heads) * NUM_SPLITS + split
-        tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=store_mask)
-        tl.store(part_m_ptr + row, m_i, mask=h_mask)
-        tl.store(part_l_ptr + row, l_i, mask=h_mask)
+        _store_partials(part_o_ptr, part_m_ptr, part_l_ptr, acc, m_i, l_i, seq, split, heads, num_heads, offs_d,
+                        h_mask, store_mask, HEAD_DIM, NUM_SPLITS)  # fmt: skip
+
+
+@triton.jit
+def _split_keys(seq_len, sliding_window, split, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr):
+    """(lo, split_lo, split_hi): the sequence's first key (its window's start), and the keys this split walks."""
+    lo = tl.where(sliding_window > 0, tl.maximum(seq_len - sliding_window, 0), 0)
+    # Tiles start on a BLOCK_N boundary; the keys before lo in the first tile are masked.
+    lo_aligned = (lo // BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(seq_len - lo_aligned, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    split_lo = lo_aligned + split * chunk
+    split_hi = tl.minimum(seq_len, split_lo + chunk)
+    return lo, split_lo, split_hi
+
+
+@triton.jit
+def _store_partials(
+    part_o_ptr, part_m_ptr, part_l_ptr, acc, m_i, l_i, seq, split, heads, num_heads, offs_d, h_mask, store_mask,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):  # fmt: skip
+    """A split's unnormalised output and its softmax max and sum, for the merge kernel."""
+    # Partials are (S, H, NUM_SPLITS[, HEAD_DIM]) fp32, contiguous; an empty split stores m=-inf, l=0.
+    row = (seq.to(tl.int64) * num_heads + heads) * NUM_SPLITS + split
+    tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=store_mask)
+    tl.store(part_m_ptr + row, m_i, mask=h_mask)
+    tl.store(part_l_ptr + row, l_i, mask=h_mask)
 
 
 @triton.jit

@@ -65,10 +65,7 @@ def _paged_attention_prefill_kernel(
     seq_len = tl.load(seq_lens_ptr + seq)
     context = seq_len - n_new
 
-    offs_m = tl.arange(0, BLOCK_M)
-    tokens = tile * BLOCK_Q + offs_m // GROUP  # index of each tile row's token within the chunk
-    heads = kv_head * GROUP + offs_m % GROUP
-    row_mask = (offs_m < BLOCK_Q * GROUP) & (tokens < n_new)
+    tokens, heads, row_mask = _tile_rows(tile, kv_head, n_new, GROUP, BLOCK_M, BLOCK_Q)
     pos = context + tokens
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
@@ -77,10 +74,7 @@ def _paged_attention_prefill_kernel(
     q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
 
-    first_pos = context + tile * BLOCK_Q
-    hi = tl.minimum(first_pos + BLOCK_Q, seq_len)  # one past the last token's position
-    lo = tl.where(sliding_window > 0, tl.maximum(first_pos - sliding_window + 1, 0), 0)
-    lo = (lo // BLOCK_N) * BLOCK_N
+    lo, hi = _key_span(context + tile * BLOCK_Q, seq_len, sliding_window, BLOCK_Q, BLOCK_N)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -93,9 +87,7 @@ def _paged_attention_prefill_kernel(
         z = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * scale
         if HAS_SOFTCAP:
             z = _cap_scores(z, softcap)
-        allowed = tok_mask[None, :] & (tok[None, :] <= pos[:, None])
-        allowed = allowed & ((sliding_window <= 0) | (tok[None, :] > pos[:, None] - sliding_window))
-        z = tl.where(allowed, z * LOG2E, float("-inf"))
+        z = tl.where(_visible(tok, tok_mask, pos, sliding_window), z * LOG2E, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(z, 1))
         # Rows with no allowed key yet: subtract 0 instead of -inf, so p = 0 and alpha = 0, not NaN.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -107,12 +99,50 @@ def _paged_attention_prefill_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
 
+    _store_rows(out_ptr, acc, m_i, l_i, sinks_ptr, rows, heads, row_mask, offs_d, d_mask, stride_ot, stride_oh,
+                HAS_SINKS)  # fmt: skip
+
+
+@triton.jit
+def _store_rows(
+    out_ptr, acc, m_i, l_i, sinks_ptr, rows, heads, row_mask, offs_d, d_mask, stride_ot, stride_oh,
+    HAS_SINKS: tl.constexpr,
+):  # fmt: skip
+    """Each valid row's output: the accumulated values over the softmax's sum (with its sink)."""
     if HAS_SINKS:  # the sink joins the denominator (see paged_attention_decode)
         acc, l_i = _with_sink(acc, m_i, l_i, sinks_ptr + heads, row_mask)
     # Valid rows always see their own key, so l > 0 there; padding rows are not stored.
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + rows[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+
+
+@triton.jit
+def _tile_rows(tile, kv_head, n_new, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """(tokens, heads, row_mask) of the tile's BLOCK_M rows: row r is token r // GROUP of the tile (its index within
+    the chunk) and query head r % GROUP of the KV head's group; padding rows and tokens past the chunk are masked."""
+    offs_m = tl.arange(0, BLOCK_M)
+    tokens = tile * BLOCK_Q + offs_m // GROUP  # index of each tile row's token within the chunk
+    heads = kv_head * GROUP + offs_m % GROUP
+    row_mask = (offs_m < BLOCK_Q * GROUP) & (tokens < n_new)
+    return tokens, heads, row_mask
+
+
+@triton.jit
+def _key_span(first_pos, seq_len, sliding_window, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(lo, hi): the keys a tile whose first token sits at `first_pos` reads, lo on a BLOCK_N boundary (from the
+    window start of its first token) to one past its last token's position."""
+    hi = tl.minimum(first_pos + BLOCK_Q, seq_len)  # one past the last token's position
+    lo = tl.where(sliding_window > 0, tl.maximum(first_pos - sliding_window + 1, 0), 0)
+    lo = (lo // BLOCK_N) * BLOCK_N
+    return lo, hi
+
+
+@triton.jit
+def _visible(tok, tok_mask, pos, sliding_window):
+    """(rows, keys) mask: key `tok` is at or before each row's position `pos`, and within its window."""
+    allowed = tok_mask[None, :] & (tok[None, :] <= pos[:, None])
+    return allowed & ((sliding_window <= 0) | (tok[None, :] > pos[:, None] - sliding_window))
 
 
 def prefill_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int]:

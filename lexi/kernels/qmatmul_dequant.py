@@ -134,81 +134,110 @@ def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
     # 64-bit row offsets: a 262144 x 2560 F16 embedding is past 2^31 bytes.
     row = w_ptr + n.to(tl.int64) * stride_wn
     # GGML ids: F32 0, F16 1, Q4_0..Q8_0 2-8, Q2_K..Q6_K 10-14, IQ4_NL 20, IQ4_XS 23, BF16 30, MXFP4 39. Range
-    # tests, because Triton's code generator refuses chained `or` (the interpreter would accept it).
+    # tests, because Triton's code generator refuses chained `or` (the interpreter would accept it). Each family's
+    # helper is inlined (Triton inlines every @triton.jit call), so this is one kernel as before.
     if QTYPE == BF16 or QTYPE < Q4_0:
         w = tl.load(row + k, mask=mask, other=0.0).to(tl.float32)
     elif QTYPE < Q2_K:
-        j = k % 32
-        if QTYPE == Q4_0:
-            blk = row + (k // 32) * 18
-            q = (_u8(blk + 2 + (j % 16), mask) >> ((j // 16) * 4)) & 15
-            w = _f16(blk, mask) * (q - 8).to(tl.float32)
-        elif QTYPE == Q4_1:
-            blk = row + (k // 32) * 20
-            q = (_u8(blk + 4 + (j % 16), mask) >> ((j // 16) * 4)) & 15
-            w = _f16(blk, mask) * q.to(tl.float32) + _f16(blk + 2, mask)
-        elif QTYPE == Q5_0:
-            blk = row + (k // 32) * 22
-            q = (_u8(blk + 6 + (j % 16), mask) >> ((j // 16) * 4)) & 15
-            q = q | (((_u8(blk + 2 + j // 8, mask) >> (j % 8)) & 1) << 4)
-            w = _f16(blk, mask) * (q - 16).to(tl.float32)
-        elif QTYPE == Q5_1:
-            blk = row + (k // 32) * 24
-            q = (_u8(blk + 8 + (j % 16), mask) >> ((j // 16) * 4)) & 15
-            q = q | (((_u8(blk + 4 + j // 8, mask) >> (j % 8)) & 1) << 4)
-            w = _f16(blk, mask) * q.to(tl.float32) + _f16(blk + 2, mask)
-        else:
-            blk = row + (k // 32) * 34
-            w = _i8(blk + 2 + j, mask).to(tl.float32) * _f16(blk, mask)
+        w = _dequant_32(row, k, mask, QTYPE)
     elif QTYPE <= Q6_K:
-        j = k % 256
-        if QTYPE == Q2_K:
-            blk = row + (k // 256) * 84
-            # 2-bit field s = (j / 32) % 4 of byte 16 + 32 * (j / 128) + j % 32.
-            q = (_u8(blk + 16 + (j // 128) * 32 + (j % 32), mask) >> (((j // 32) % 4) * 2)) & 3
-            sc = _u8(blk + j // 16, mask)
-            dl = _f16(blk + 80, mask) * (sc & 15).to(tl.float32)
-            ml = _f16(blk + 82, mask) * (sc >> 4).to(tl.float32)
-            w = dl * q.to(tl.float32) - ml
-        elif QTYPE == Q3_K:
-            blk = row + (k // 256) * 110
-            q = (_u8(blk + 32 + (j // 128) * 32 + (j % 32), mask) >> (((j // 32) % 4) * 2)) & 3
-            hbit = (_u8(blk + (j % 32), mask) >> (j // 32)) & 1
-            q = q - ((hbit ^ 1) << 2)
-            i = j // 16  # 6-bit scale i: nibble i / 8 of byte 96 + i % 8, 2 bits (i / 4) of byte 104 + i % 4
-            low = (_u8(blk + 96 + (i % 8), mask) >> ((i // 8) * 4)) & 15
-            high = (_u8(blk + 104 + (i % 4), mask) >> ((i // 4) * 2)) & 3
-            s6 = (low | (high << 4)) - 32
-            w = (_f16(blk + 108, mask) * s6.to(tl.float32)) * q.to(tl.float32)
-        elif QTYPE == Q4_K:
-            blk = row + (k // 256) * 144
-            sb = j // 32  # sub-block: low nibbles (even sb) or high nibbles (odd) of 32-byte group sb / 2
-            q = (_u8(blk + 16 + (sb // 2) * 32 + (j % 32), mask) >> ((sb % 2) * 4)) & 15
-            scale, mn = _scale_min_k4(blk + 4, sb, mask)
-            w = (_f16(blk, mask) * scale) * q.to(tl.float32) - _f16(blk + 2, mask) * mn
-        elif QTYPE == Q5_K:
-            blk = row + (k // 256) * 176
-            sb = j // 32
-            q = (_u8(blk + 48 + (sb // 2) * 32 + (j % 32), mask) >> ((sb % 2) * 4)) & 15
-            q = q | (((_u8(blk + 16 + (j % 32), mask) >> sb) & 1) << 4)
-            scale, mn = _scale_min_k4(blk + 4, sb, mask)
-            w = (_f16(blk, mask) * scale) * q.to(tl.float32) - _f16(blk + 2, mask) * mn
-        else:
-            tl.static_assert(QTYPE == Q6_K, "unsupported GGML type id")
-            blk = row + (k // 256) * 210
-            h = j // 128
-            r = j % 128  # low 4 bits: nibble r / 64 of byte 64h + r % 64; high 2: bits 2(r / 32) of 128 + 32h + r % 32
-            lo = (_u8(blk + h * 64 + (r % 64), mask) >> ((r // 64) * 4)) & 15
-            hi = (_u8(blk + 128 + h * 32 + (r % 32), mask) >> ((r // 32) * 2)) & 3
-            q = (lo | (hi << 4)) - 32
-            dl = _f16(blk + 208, mask) * _i8(blk + 192 + j // 16, mask).to(tl.float32)
-            w = dl * q.to(tl.float32)
-    elif QTYPE == IQ4_NL:
+        w = _dequant_k(row, k, mask, QTYPE)
+    elif QTYPE == IQ4_NL or QTYPE == IQ4_XS:
+        w = _dequant_iq4(row, k, mask, QTYPE)
+    else:
+        tl.static_assert(QTYPE == MXFP4, "unsupported GGML type id")
+        j = k % 32
+        blk = row + (k // 32) * 17  # 17-byte blocks: every field is a byte, so no alignment is assumed
+        q = (_u8(blk + 1 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        w = _e2m1_doubled(q).to(tl.float32) * _e8m0_half(_u8(blk, mask))
+    return tl.where(mask, w, 0.0)
+
+
+@triton.jit
+def _dequant_32(row, k, mask, QTYPE: tl.constexpr):
+    """The 32-value block types, Q4_0 to Q8_0: fp32 values at columns k of the rows at `row`."""
+    j = k % 32
+    if QTYPE == Q4_0:
+        blk = row + (k // 32) * 18
+        q = (_u8(blk + 2 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        w = _f16(blk, mask) * (q - 8).to(tl.float32)
+    elif QTYPE == Q4_1:
+        blk = row + (k // 32) * 20
+        q = (_u8(blk + 4 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        w = _f16(blk, mask) * q.to(tl.float32) + _f16(blk + 2, mask)
+    elif QTYPE == Q5_0:
+        blk = row + (k // 32) * 22
+        q = (_u8(blk + 6 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        q = q | (((_u8(blk + 2 + j // 8, mask) >> (j % 8)) & 1) << 4)
+        w = _f16(blk, mask) * (q - 16).to(tl.float32)
+    elif QTYPE == Q5_1:
+        blk = row + (k // 32) * 24
+        q = (_u8(blk + 8 + (j % 16), mask) >> ((j // 16) * 4)) & 15
+        q = q | (((_u8(blk + 4 + j // 8, mask) >> (j % 8)) & 1) << 4)
+        w = _f16(blk, mask) * q.to(tl.float32) + _f16(blk + 2, mask)
+    else:
+        blk = row + (k // 32) * 34
+        w = _i8(blk + 2 + j, mask).to(tl.float32) * _f16(blk, mask)
+    return w
+
+
+@triton.jit
+def _dequant_k(row, k, mask, QTYPE: tl.constexpr):
+    """The K-quants, Q2_K to Q6_K (256-value super-blocks): fp32 values at columns k of the rows at `row`."""
+    j = k % 256
+    if QTYPE == Q2_K:
+        blk = row + (k // 256) * 84
+        # 2-bit field s = (j / 32) % 4 of byte 16 + 32 * (j / 128) + j % 32.
+        q = (_u8(blk + 16 + (j // 128) * 32 + (j % 32), mask) >> (((j // 32) % 4) * 2)) & 3
+        sc = _u8(blk + j // 16, mask)
+        dl = _f16(blk + 80, mask) * (sc & 15).to(tl.float32)
+        ml = _f16(blk + 82, mask) * (sc >> 4).to(tl.float32)
+        w = dl * q.to(tl.float32) - ml
+    elif QTYPE == Q3_K:
+        blk = row + (k // 256) * 110
+        q = (_u8(blk + 32 + (j // 128) * 32 + (j % 32), mask) >> (((j // 32) % 4) * 2)) & 3
+        hbit = (_u8(blk + (j % 32), mask) >> (j // 32)) & 1
+        q = q - ((hbit ^ 1) << 2)
+        i = j // 16  # 6-bit scale i: nibble i / 8 of byte 96 + i % 8, 2 bits (i / 4) of byte 104 + i % 4
+        low = (_u8(blk + 96 + (i % 8), mask) >> ((i // 8) * 4)) & 15
+        high = (_u8(blk + 104 + (i % 4), mask) >> ((i // 4) * 2)) & 3
+        s6 = (low | (high << 4)) - 32
+        w = (_f16(blk + 108, mask) * s6.to(tl.float32)) * q.to(tl.float32)
+    elif QTYPE == Q4_K:
+        blk = row + (k // 256) * 144
+        sb = j // 32  # sub-block: low nibbles (even sb) or high nibbles (odd) of 32-byte group sb / 2
+        q = (_u8(blk + 16 + (sb // 2) * 32 + (j % 32), mask) >> ((sb % 2) * 4)) & 15
+        scale, mn = _scale_min_k4(blk + 4, sb, mask)
+        w = (_f16(blk, mask) * scale) * q.to(tl.float32) - _f16(blk + 2, mask) * mn
+    elif QTYPE == Q5_K:
+        blk = row + (k // 256) * 176
+        sb = j // 32
+        q = (_u8(blk + 48 + (sb // 2) * 32 + (j % 32), mask) >> ((sb % 2) * 4)) & 15
+        q = q | (((_u8(blk + 16 + (j % 32), mask) >> sb) & 1) << 4)
+        scale, mn = _scale_min_k4(blk + 4, sb, mask)
+        w = (_f16(blk, mask) * scale) * q.to(tl.float32) - _f16(blk + 2, mask) * mn
+    else:
+        tl.static_assert(QTYPE == Q6_K, "unsupported GGML type id")
+        blk = row + (k // 256) * 210
+        h = j // 128
+        r = j % 128  # low 4 bits: nibble r / 64 of byte 64h + r % 64; high 2: bits 2(r / 32) of 128 + 32h + r % 32
+        lo = (_u8(blk + h * 64 + (r % 64), mask) >> ((r // 64) * 4)) & 15
+        hi = (_u8(blk + 128 + h * 32 + (r % 32), mask) >> ((r // 32) * 2)) & 3
+        q = (lo | (hi << 4)) - 32
+        dl = _f16(blk + 208, mask) * _i8(blk + 192 + j // 16, mask).to(tl.float32)
+        w = dl * q.to(tl.float32)
+    return w
+
+
+@triton.jit
+def _dequant_iq4(row, k, mask, QTYPE: tl.constexpr):
+    """IQ4_NL (32-value blocks) and IQ4_XS (256): fp32 values at columns k of the rows at `row`."""
+    if QTYPE == IQ4_NL:
         j = k % 32
         blk = row + (k // 32) * 18
         q = (_u8(blk + 2 + (j % 16), mask) >> ((j // 16) * 4)) & 15
         w = _iq4nl_value(q).to(tl.float32) * _f16(blk, mask)
-    elif QTYPE == IQ4_XS:
+    else:
         j = k % 256
         blk = row + (k // 256) * 136
         ib = j // 32  # 6-bit scale: nibble ib % 2 of scales_l[ib / 2], bits 2 (ib % 4) of byte ib / 4 of scales_h
@@ -217,10 +246,4 @@ def dequant_tile(w_ptr, stride_wn, offs_n, offs_k, N, K, QTYPE: tl.constexpr):
         dl = _f16(blk, mask) * ((sl | (sh << 4)) - 32).to(tl.float32)
         q = (_u8(blk + 8 + ib * 16 + (j % 16), mask) >> (((j % 32) // 16) * 4)) & 15
         w = dl * _iq4nl_value(q).to(tl.float32)
-    else:
-        tl.static_assert(QTYPE == MXFP4, "unsupported GGML type id")
-        j = k % 32
-        blk = row + (k // 32) * 17  # 17-byte blocks: every field is a byte, so no alignment is assumed
-        q = (_u8(blk + 1 + (j % 16), mask) >> ((j // 16) * 4)) & 15
-        w = _e2m1_doubled(q).to(tl.float32) * _e8m0_half(_u8(blk, mask))
-    return tl.where(mask, w, 0.0)
+    return w

@@ -191,6 +191,12 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
     if "token_embd.weight" not in f.tensors:
         raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
     m = _Meta(f)
+    common = _common_args(m)
+    return ModelArgs(**{**common, **_FAMILY_ARGS[arch](m, common)})
+
+
+def _heads(m: _Meta) -> dict[str, int]:
+    """The residual width, the layer count and the attention heads' shape."""
     dim = m.int("embedding_length")
     n_layers = m.int("block_count")
     n_heads = m.int("attention.head_count")
@@ -198,16 +204,21 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
     head_dim = m.int("attention.key_length", dim // n_heads)
     value_dim = m.int("attention.value_length", head_dim)
     if value_dim != head_dim:
-        raise GGUFError(f"{f.path}: value_length {value_dim} != key_length {head_dim} is not supported")
+        raise GGUFError(f"{m.f.path}: value_length {value_dim} != key_length {head_dim} is not supported")
+    return dict(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
+
+
+def _common_args(m: _Meta) -> dict[str, Any]:
+    """Every family's fields, read the same way for all (the family's own function then overrides some)."""
+    f, heads = m.f, _heads(m)
+    head_dim, n_layers = heads["head_dim"], heads["n_layers"]
     rope_base = float(m.get("rope.freq_base", 10000.0))
-    common: dict[str, Any] = dict(
-        family=arch,
-        dim=dim,
-        n_layers=n_layers,
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
-        ffn_dim=m.int("feed_forward_length", 0) if arch in ("qwen3moe", "gpt-oss") else m.int("feed_forward_length"),
+    # The mixture-of-experts families may omit the dense FFN width (unused), the others must give it.
+    moe = m.arch in ("qwen3moe", "gpt-oss")
+    return dict(
+        family=m.arch,
+        **heads,
+        ffn_dim=m.int("feed_forward_length", 0) if moe else m.int("feed_forward_length"),
         vocab_size=int(f.tensors["token_embd.weight"].shape[0]),
         norm_eps=float(m.need("attention.layer_norm_rms_epsilon")),
         context_length=m.int("context_length"),
@@ -229,50 +240,70 @@ def model_args_from_gguf(f: GGUFFile) -> ModelArgs:
         final_softcap=float(m.get("final_logit_softcapping", 0.0) or 0.0),
         **_yarn(m),
     )
-    if arch == "llama":
-        common.update(rope_style="norm")  # llama.cpp's converter permutes q/k rows for adjacent-pair rope
-    elif arch == "qwen2":
-        common.update(rope_style="neox")
-    elif arch == "qwen3":
-        common.update(rope_style="neox")
-    elif arch == "qwen3moe":
-        # Qwen3 attention (neox rope, q/k norms); every layer's FFN is a mixture of experts (llama.cpp's
-        # llm_build_qwen3moe). feed_forward_length (the dense width, unused) may be absent.
-        expert_ffn = m.int("expert_feed_forward_length")
-        common.update(
-            rope_style="neox",
-            ffn_dim=m.int("feed_forward_length", expert_ffn),
-            expert_count=m.int("expert_count"),
-            expert_used_count=m.int("expert_used_count"),
-            expert_ffn_dim=expert_ffn,
-        )
-    elif arch == "gpt-oss":
-        # llama.cpp's llm_build_openai_moe_iswa: neox rope (YaRN), biased q/k/v/output, sinks, even layers sliding
-        # (set_swa_pattern(2)), every FFN a mixture of experts behind `post_attention_norm`.
-        expert_ffn = m.int("expert_feed_forward_length")
-        window = m.int("attention.sliding_window")
-        common.update(
-            rope_style="neox",
-            ffn_dim=m.int("feed_forward_length", expert_ffn),
-            layer_windows=tuple(window if i % 2 == 0 else 0 for i in range(n_layers)),
-            expert_count=m.int("expert_count"),
-            expert_used_count=m.int("expert_used_count"),
-            expert_ffn_dim=expert_ffn,
-            attn_sinks=True,
-            moe_style="gpt-oss",
-            rope_local_scaled=True,
-        )
-    elif arch == "gemma3":
-        # The 27B model scales queries by hidden/heads instead of head_dim (llama.cpp: LLM_TYPE_27B).
-        scalar = dim // n_heads if n_layers == 62 else head_dim
-        common.update(
-            rope_style="neox",
-            rope_base_local=float(m.get("rope.freq_base_swa", 10000.0)),
-            layer_windows=_gemma3_windows(m, n_layers),
-            qk_norm=True,
-            sandwich_norm=True,
-            activation="gelu_tanh",
-            embed_scale=math.sqrt(dim),
-            attn_scale=1.0 / math.sqrt(scalar),
-        )
-    return ModelArgs(**common)
+
+
+def _llama(m: _Meta, common: dict[str, Any]) -> dict[str, Any]:
+    return dict(rope_style="norm")  # llama.cpp's converter permutes q/k rows for adjacent-pair rope
+
+
+def _qwen(m: _Meta, common: dict[str, Any]) -> dict[str, Any]:
+    """qwen2 and qwen3: halves rope; qwen2's q/k/v biases and qwen3's q/k norms are found among the tensors."""
+    return dict(rope_style="neox")
+
+
+def _qwen3moe(m: _Meta, common: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3 attention (neox rope, q/k norms); every layer's FFN is a mixture of experts (llama.cpp's
+    llm_build_qwen3moe). feed_forward_length (the dense width, unused) may be absent."""
+    expert_ffn = m.int("expert_feed_forward_length")
+    return dict(
+        rope_style="neox",
+        ffn_dim=m.int("feed_forward_length", expert_ffn),
+        expert_count=m.int("expert_count"),
+        expert_used_count=m.int("expert_used_count"),
+        expert_ffn_dim=expert_ffn,
+    )
+
+
+def _gpt_oss(m: _Meta, common: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's llm_build_openai_moe_iswa: neox rope (YaRN), biased q/k/v/output, sinks, even layers sliding
+    (set_swa_pattern(2)), every FFN a mixture of experts behind `post_attention_norm`."""
+    expert_ffn = m.int("expert_feed_forward_length")
+    window = m.int("attention.sliding_window")
+    return dict(
+        rope_style="neox",
+        ffn_dim=m.int("feed_forward_length", expert_ffn),
+        layer_windows=tuple(window if i % 2 == 0 else 0 for i in range(common["n_layers"])),
+        expert_count=m.int("expert_count"),
+        expert_used_count=m.int("expert_used_count"),
+        expert_ffn_dim=expert_ffn,
+        attn_sinks=True,
+        moe_style="gpt-oss",
+        rope_local_scaled=True,
+    )
+
+
+def _gemma3(m: _Meta, common: dict[str, Any]) -> dict[str, Any]:
+    dim, n_heads, n_layers = common["dim"], common["n_heads"], common["n_layers"]
+    # The 27B model scales queries by hidden/heads instead of head_dim (llama.cpp: LLM_TYPE_27B).
+    scalar = dim // n_heads if n_layers == 62 else common["head_dim"]
+    return dict(
+        rope_style="neox",
+        rope_base_local=float(m.get("rope.freq_base_swa", 10000.0)),
+        layer_windows=_gemma3_windows(m, n_layers),
+        qk_norm=True,
+        sandwich_norm=True,
+        activation="gelu_tanh",
+        embed_scale=math.sqrt(dim),
+        attn_scale=1.0 / math.sqrt(scalar),
+    )
+
+
+# Each family's own fields over the common ones: one function a family (FAMILIES, in the same order).
+_FAMILY_ARGS = {
+    "llama": _llama,
+    "qwen2": _qwen,
+    "qwen3": _qwen,
+    "qwen3moe": _qwen3moe,
+    "gemma3": _gemma3,
+    "gpt-oss": _gpt_oss,
+}

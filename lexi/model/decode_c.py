@@ -4,7 +4,7 @@ Python or torch.
 
 Why: the lean loop (decode_cpu.run_decode, the reference this is tested against) still made ~200 torch ops a layer:
 SmolLM2's step took 17.6 ms of which the matmuls were ~5. Here the layers' weights, norms and biases are described
-once, as int64 records of addresses and sizes (`decode.h`'s `dec_model` and `dec_layer`, written by numpy in the
+once, as int64 records of addresses and sizes (`decode_records.h`'s `dec_model` and `dec_layer`, written by numpy in the
 same field order), and a step passes its rows' positions, slots, block tables and rope rows.
 
 The records hold raw addresses, so `DecodeProgram` keeps the `DecodeStack` (whose tensors they name) alive; a KV
@@ -32,7 +32,7 @@ ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
 ROUTINGS = {"softmax_topk": 0, "topk_softmax": 1}
 MOE_ACTIVATIONS = {"silu": 0, "swiglu_oai": 1}
 WEIGHT = 6  # int64 fields of a dec_weight: CpuWeight.descriptor's
-# dec_layer's fields in decode.h's order: name -> (first int64 column, width); alpha and limit are float64.
+# dec_layer's fields in decode_records.h's order: name -> (first int64 column, width); alpha and limit are float64.
 _LAYER_FIELDS = (
     ("attn_norm", 1), ("qkv_bias", 1), ("qk_norm", 1), ("wo_bias", 1), ("sinks", 1), ("post_attn_norm", 1),
     ("ffn_norm", 1), ("post_ffn_norm", 1), ("qkv", 3 * WEIGHT), ("wo", WEIGHT), ("gate_up", 2 * WEIGHT),

@@ -28,8 +28,8 @@ from lexi.model.norms import rms_norm
 from lexi.model.rope import apply_rope
 
 if TYPE_CHECKING:
+    from lexi.model.block import Block
     from lexi.model.step import StepPlan
-    from lexi.model.transformer import Block
 
 
 @dataclass(frozen=True, slots=True)

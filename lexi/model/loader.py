@@ -1,4 +1,5 @@
-"""Build a `Transformer` from a read GGUF file: tensors by their GGUF names, family switches from `ModelArgs`."""
+"""Load a read GGUF file into a ready `Transformer` as `LoadConfig` asks: the device, the compute dtype and how the
+weights are held. The modules themselves come from lexi/model/builder.py, tensor by tensor."""
 
 from __future__ import annotations
 
@@ -8,23 +9,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lexi.gguf.dequant import dequantize_tensor
-from lexi.gguf.errors import GGUFError
 from lexi.kernels.backend import KERNELS, Kernels, interpreter_enabled, resolve_kernels
 from lexi.kernels.cpu_qmatmul import ACTIVATIONS, CpuKernels
-from lexi.kernels.fused_moe_cpu import CpuExperts
-from lexi.kernels.moe_types import SILU, SWIGLU_OAI, ExpertFFN, ExpertWeights
-from lexi.model.args import ModelArgs, model_args_from_gguf
-from lexi.model.attention import Attention
-from lexi.model.head import OutputHead
-from lexi.model.linear import BlockEmbedding, FusedLinear, QuantLinear, TokenEmbedding, dense_weight
-from lexi.model.mlp import GatedMLP
-from lexi.model.moe import MoEFFN
-from lexi.model.norms import RMSNorm
-from lexi.model.transformer import Block, Transformer
+from lexi.model.args import model_args_from_gguf
+from lexi.model.builder import ModelBuilder, Tensors
 
 if TYPE_CHECKING:
-    from lexi.gguf.reader import GGUFFile, TensorInfo
+    from lexi.gguf.reader import GGUFFile
+    from lexi.model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
@@ -114,24 +106,6 @@ class LoadConfig:
         return device, dtype, kernels
 
 
-class _Tensors:
-    """Looks tensors up by name, refusing a missing one with the file and name, and ticks the progress bar."""
-
-    def __init__(self, f: GGUFFile, bar) -> None:
-        self.f, self.bar = f, bar
-
-    def get(self, name: str) -> TensorInfo:
-        info = self.f.tensors.get(name)
-        if info is None:
-            raise GGUFError(f"{self.f.path}: tensor {name!r} is missing")
-        if self.bar is not None:
-            self.bar.update(1)
-        return info
-
-    def maybe(self, name: str) -> TensorInfo | None:
-        return self.get(name) if name in self.f.tensors else None
-
-
 def _progress_bar(f: GGUFFile, enabled: bool):
     """A tqdm bar over the tensors, on an interactive terminal only (logs and pipes stay clean)."""
     if not enabled or not sys.stderr.isatty():
@@ -139,11 +113,6 @@ def _progress_bar(f: GGUFFile, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=len(f.tensors), desc=f"loading {f.path.name}", unit="tensor", leave=False)
-
-
-def _check_shape(f: GGUFFile, info: TensorInfo, shape: tuple[int, ...]) -> None:
-    if tuple(info.shape) != shape:
-        raise GGUFError(f"{f.path}: tensor {info.name!r} has shape {tuple(info.shape)}, expected {shape}")
 
 
 def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = False) -> Transformer:
@@ -164,143 +133,9 @@ def load_model(f: GGUFFile, config: LoadConfig | None = None, progress: bool = F
         cpu_kernels = CpuKernels(torch.get_num_threads(), activations=config.activations)
     bar = _progress_bar(f, progress)
     try:
-        model = _build(f, args, _Tensors(f, bar), dtype, device, quantized, config.deterministic, kernels, cpu_kernels)
+        builder = ModelBuilder(f, args, Tensors(f, bar), dtype, device, quantized, kernels, cpu_kernels)
+        model = builder.transformer(config.deterministic)
     finally:
         if bar is not None:
             bar.close()
     return model.eval()
-
-
-def _build(
-    f: GGUFFile,
-    args: ModelArgs,
-    t: _Tensors,
-    dtype: torch.dtype,
-    device: torch.device,
-    quantized: bool,
-    deterministic: bool = False,
-    kernels: Kernels = "reference",
-    cpu_kernels: CpuKernels | None = None,
-) -> Transformer:
-    def norm(name: str, size: int) -> RMSNorm:
-        info = t.get(name)
-        _check_shape(f, info, (size,))
-        return RMSNorm(dequantize_tensor(info).to(device), args.norm_eps)
-
-    def linear(name: str, out_f: int, in_f: int, bias: bool = False) -> QuantLinear:
-        info = t.get(f"{name}.weight")
-        _check_shape(f, info, (out_f, in_f))
-        b = t.get(f"{name}.bias") if bias else None
-        return QuantLinear.from_gguf(info, dtype, device, b, quantized, kernels, cpu_kernels)
-
-    def experts(p: str) -> MoEFFN:
-        """A layer's router (float32) and its experts, kept in their GGUF blocks for lexi.kernels.fused_moe."""
-        e, ff = a.expert_count, a.expert_ffn_dim
-        router = t.get(f"{p}.ffn_gate_inp.weight")
-        _check_shape(f, router, (e, a.dim))
-        infos = []
-        for name, shape in (("gate", (e, ff, a.dim)), ("up", (e, ff, a.dim)), ("down", (e, a.dim, ff))):
-            infos.append(t.get(f"{p}.ffn_{name}_exps.weight"))
-            _check_shape(f, infos[-1], shape)
-        router_w = dequantize_tensor(router).to(device)
-        router_b, biases, activation, routing = None, (None, None, None), SILU, "softmax_topk"
-        if a.moe_style == "gpt-oss":
-            info = t.get(f"{p}.ffn_gate_inp.bias")
-            _check_shape(f, info, (e,))
-            router_b = dequantize_tensor(info).to(device)
-            biases = tuple(bias_of(f"{p}.ffn_{name}_exps.bias", (e, size)) for name, size in
-                           (("gate", ff), ("up", ff), ("down", a.dim)))  # fmt: skip
-            activation, routing = SWIGLU_OAI, "topk_softmax"
-        moe = dict(kernels=kernels, router_bias=router_b, routing=routing)
-        if cpu_kernels is not None and CpuExperts.supports(*infos):
-            cpu = CpuExperts.from_gguf(*infos, cpu_kernels, activation, biases)
-            return MoEFFN(router_w, cpu, a.expert_used_count, **moe)
-        parts = []
-        for info in infos:
-            try:
-                parts.append(ExpertWeights.from_gguf(info, device))
-            except ValueError as exc:
-                raise GGUFError(f"{f.path}: tensor {info.name!r}: {exc}") from None
-        return MoEFFN(router_w, ExpertFFN(*parts, activation, *biases), a.expert_used_count, **moe)
-
-    def bias_of(name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        info = t.get(name)
-        _check_shape(f, info, shape)
-        return dequantize_tensor(info).to(device).contiguous()
-
-    a = args
-    emb_info = t.get("token_embd.weight")
-    _check_shape(f, emb_info, (a.vocab_size, a.dim))
-    head_info = emb_info if a.tied_output else t.get("output.weight")
-    _check_shape(f, head_info, (a.vocab_size, a.dim))
-    # Rows come out in the residual stream's dtype (float32 on a CPU, see Transformer).
-    rows_dtype = torch.float32 if device.type == "cpu" else dtype
-    dense = cpu_kernels is None and not quantized
-    if dense or emb_info.qtype.name in ("F32", "F16", "BF16"):
-        embed = TokenEmbedding(dense_weight(emb_info, dtype if not dense else torch.float32, device), a.embed_scale,
-                               rows_dtype)  # fmt: skip
-    else:
-        embed = BlockEmbedding(emb_info, a.embed_scale, rows_dtype, device)
-    blocks = []
-    for i in range(a.n_layers):
-        p = f"blk.{i}"
-        wq = linear(f"{p}.attn_q", a.q_dim, a.dim, a.qkv_bias)
-        wk = linear(f"{p}.attn_k", a.kv_dim, a.dim, a.qkv_bias)
-        wv = linear(f"{p}.attn_v", a.kv_dim, a.dim, a.qkv_bias)
-        attn = Attention(
-            wq,
-            wk,
-            wv,
-            linear(f"{p}.attn_output", a.dim, a.q_dim, a.out_bias),
-            n_heads=a.n_heads,
-            n_kv_heads=a.n_kv_heads,
-            head_dim=a.head_dim,
-            rope_dim=a.rope_dim,
-            rope_style=a.rope_style,
-            scale=a.attn_scale,
-            sliding_window=a.layer_windows[i],
-            softcap=a.attn_softcap,
-            q_norm=norm(f"{p}.attn_q_norm.weight", a.head_dim) if a.qk_norm else None,
-            k_norm=norm(f"{p}.attn_k_norm.weight", a.head_dim) if a.qk_norm else None,
-            qkv=FusedLinear.maybe([wq, wk, wv]),
-            sinks=bias_of(f"{p}.attn_sinks.weight", (a.n_heads,)) if a.attn_sinks else None,
-            kernels=kernels,
-        )
-        if a.is_moe:
-            mlp = experts(p)
-        else:
-            gate = linear(f"{p}.ffn_gate", a.ffn_dim, a.dim)
-            up = linear(f"{p}.ffn_up", a.ffn_dim, a.dim)
-            down = linear(f"{p}.ffn_down", a.dim, a.ffn_dim)
-            mlp = GatedMLP(gate, up, down, a.activation, FusedLinear.maybe([gate, up]))
-        blocks.append(
-            Block(
-                norm(f"{p}.attn_norm.weight", a.dim),
-                attn,
-                # gpt-oss names its pre-FFN norm post_attention_norm (after attention, before the experts).
-                norm(
-                    f"{p}.post_attention_norm.weight"
-                    if a.moe_style == "gpt-oss" and a.is_moe
-                    else f"{p}.ffn_norm.weight",
-                    a.dim,
-                ),  # fmt: skip
-                mlp,
-                norm(f"{p}.post_attention_norm.weight", a.dim) if a.sandwich_norm else None,
-                norm(f"{p}.post_ffw_norm.weight", a.dim) if a.sandwich_norm else None,
-            )
-        )
-    if a.tied_output and isinstance(embed, TokenEmbedding) and embed.weight.dtype == torch.float32:
-        # A float32 table doubles as the head: no second copy of the largest tensor.
-        output = OutputHead(QuantLinear(embed.weight.data, None))
-    else:
-        head_dtype = torch.float32 if device.type == "cpu" else dtype
-        output = OutputHead(QuantLinear.from_gguf(head_info, head_dtype, device, None, quantized, kernels, cpu_kernels))
-    freq_factors = None
-    if a.has_rope_freqs:
-        info = t.get("rope_freqs.weight")
-        _check_shape(f, info, (a.rope_dim // 2,))
-        freq_factors = dequantize_tensor(info)
-    final_norm = norm("output_norm.weight", a.dim)
-    return Transformer(
-        args, embed, blocks, final_norm, output, dtype, device, freq_factors, deterministic, kernels, cpu_kernels
-    )

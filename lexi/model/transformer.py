@@ -1,6 +1,11 @@
-"""The decoder stack: one `Block` per layer and the `Transformer` that runs a step over the paged cache."""
+"""The `Transformer`: embeddings, the layers (through the decode path its loader chose) and the head, one step over
+the paged cache."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -9,52 +14,16 @@ from lexi.kernels.cpu_qmatmul import CpuKernels
 from lexi.kernels.paged_attention import AttentionMetadata
 from lexi.kernels.quant_weight import GEMV_MAX_M as TRITON_GEMV_MAX_M
 from lexi.model.args import ModelArgs
-from lexi.model.attention import Attention
-from lexi.model.decode_c import DecodeProgram, short_step
-from lexi.model.decode_cpu import DecodeStack, run_decode
+from lexi.model.block import Block
+from lexi.model.decode_path import DecodePath, KVCache
 from lexi.model.head import OutputHead
-from lexi.model.mlp import GatedMLP
-from lexi.model.moe import MoEFFN
 from lexi.model.norms import RMSNorm
 from lexi.model.rope import RopeCache, inverse_frequencies, yarn_frequencies
 from lexi.model.step import StepPlan
 
-KVCache = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-class Block(nn.Module):
-    """Pre-norm residual block; gemma3 adds norms on the attention and MLP outputs (sandwich norms).
-
-    The residual stream x may be wider than the compute dtype (float32 on a CPU): the norms then read it as
-    it is and hand the matmuls `dtype`, and each block's output is added at full precision.
-    """
-
-    def __init__(
-        self,
-        attn_norm: RMSNorm,
-        attn: Attention,
-        ffn_norm: RMSNorm,
-        mlp: GatedMLP | MoEFFN,
-        post_attn_norm: RMSNorm | None = None,
-        post_ffn_norm: RMSNorm | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__()
-        self.attn_norm, self.attn, self.ffn_norm, self.mlp = attn_norm, attn, ffn_norm, mlp
-        self.post_attn_norm, self.post_ffn_norm = post_attn_norm, post_ffn_norm
-        self.dtype = dtype  # the matmuls' input dtype; None: the residual stream's
-
-    def forward(
-        self, x: torch.Tensor, plan: StepPlan, meta: AttentionMetadata, cache: tuple[torch.Tensor, torch.Tensor]
-    ) -> torch.Tensor:
-        h = self.attn(self.attn_norm(x, self.dtype), plan, meta, cache)
-        if self.post_attn_norm is not None:
-            h = self.post_attn_norm(h, x.dtype)
-        x = x + h
-        h = self.mlp(self.ffn_norm(x, self.dtype), plan.deterministic)
-        if self.post_ffn_norm is not None:
-            h = self.post_ffn_norm(h, x.dtype)
-        return x + h
+if TYPE_CHECKING:
+    from lexi.model.decode_c import DecodeProgram
+    from lexi.model.decode_cpu import DecodeStack
 
 
 class Transformer(nn.Module):
@@ -69,6 +38,7 @@ class Transformer(nn.Module):
         output: OutputHead,
         dtype: torch.dtype,
         device: torch.device,
+        decode_path: DecodePath,
         rope_freq_factors: torch.Tensor | None = None,
         deterministic: bool = False,
         kernels: str = "reference",
@@ -107,19 +77,35 @@ class Transformer(nn.Module):
             inv_local = inverse_frequencies(args.rope_dim, args.rope_base_local).to(device)
             self.rope_local = RopeCache(inv_local, 1.0, args.rope_style)
         self.windows = frozenset(args.layer_windows)
-        # "triton" or "reference" (lexi/kernels/backend.py), as the layers were built with. The CPU's own paths below
-        # (the lean decode loop, the decode attention plan) serve the reference only: with Triton kernels on a CPU
-        # (the interpreter, for tests) every step takes the modules, as it does on CUDA.
+        # "triton" or "reference" (lexi/kernels/backend.py), as the layers were built with.
         self.kernels = kernels
-        self.cpu_paths = device.type == "cpu" and kernels == "reference"
-        # CPU decode steps run one lean loop over the layers' CPU-kernel weights (lexi/model/decode_cpu.py).
-        self.decode_stack = DecodeStack.from_blocks(blocks) if self.cpu_paths else None
-        # ... and where the C kernels can, as one call for every layer (lexi/model/decode_c.py); None forces the loop.
-        self.decode_program = DecodeProgram.build(self.decode_stack, dtype)
+        # How a step runs the layers (lexi/model/decode_path.py): on a CPU the C step or the lean loop where they
+        # apply, else the modules. The loader picks it, over these same blocks.
+        self.decode_path = decode_path
         # The CPU kernels' own thread pool does the matmuls; torch's ops between them (attention, norms) then run on
         # the calling thread alone. Two thread teams on the same cores took them from each other for whole
         # scheduler slices (measured: Llama-3-8B decode 1.4 tok/s with torch on 2 threads, 3.0 with 1).
         self.cpu_kernels = cpu_kernels
+
+    @property
+    def cpu_paths(self) -> bool:
+        """Whether the CPU's own paths (the C step, the lean loop, the decode attention plan) can take a step."""
+        return self.decode_path.cpu_paths
+
+    @property
+    def decode_stack(self) -> DecodeStack | None:
+        """The lean loop's view of the layers (lexi/model/decode_cpu.py), where the decode path has one."""
+        return self.decode_path.stack
+
+    @property
+    def decode_program(self) -> DecodeProgram | None:
+        """The C step (lexi/model/decode_c.py), where the decode path has one."""
+        return self.decode_path.program
+
+    @decode_program.setter
+    def decode_program(self, program: DecodeProgram | None) -> None:
+        """Steps through another program (tests: the portable ISA's), or None to force the lean loop."""
+        self.decode_path = replace(self.decode_path, program=program)
 
     @property
     def cheap_rows(self) -> int | None:
@@ -162,28 +148,24 @@ class Transformer(nn.Module):
         if len(kv_cache) != a.n_layers:
             raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model {a.n_layers}")
         x = self.embed(tokens).to(self.residual_dtype)
-        program = self.decode_program
-        in_c = program is not None and not self.deterministic and short_step(meta) and program.accepts(kv_cache)
-        plan = StepPlan.build(
-            meta,
-            self.rope_global,
-            self.rope_local,
-            cpu=self.cpu_paths and not in_c,  # the C step plans its own attention
-            block_size=kv_cache[0][0].shape[1],
-            windows=self.windows,
-            deterministic=self.deterministic,
-        )
-        if in_c:
-            x = program.run(x, meta, plan.rope_global, plan.rope_local, kv_cache)
-        elif plan.decode is not None and self.decode_stack is not None:
-            x = run_decode(self.decode_stack, x, plan, meta.slot_mapping, kv_cache)
-        else:
-            for block, cache in zip(self.blocks, kv_cache, strict=True):
-                x = block(x, plan, meta, cache)
+        plan_of = partial(self.step_plan, meta, kv_cache[0][0].shape[1])
+        x = self.decode_path.run(x, meta, kv_cache, plan_of, self.deterministic)
         if meta.logit_rows is not None:
             x = x[meta.logit_rows]
         # The head reads the final norm at the residual stream's precision (its int4/int8 estimates round it).
-        logits = self.output(self.norm(x, self.residual_dtype), plan.deterministic)
+        logits = self.output(self.norm(x, self.residual_dtype), self.deterministic)
         if a.final_softcap > 0.0:
             logits = a.final_softcap * torch.tanh(logits / a.final_softcap)
         return logits
+
+    def step_plan(self, meta: AttentionMetadata, block_size: int, cpu: bool) -> StepPlan:
+        """What every layer of the step shares (lexi/model/step.py); `cpu`: with the CPU's decode attention plan."""
+        return StepPlan.build(
+            meta,
+            self.rope_global,
+            self.rope_local,
+            cpu=cpu,
+            block_size=block_size,
+            windows=self.windows,
+            deterministic=self.deterministic,
+        )

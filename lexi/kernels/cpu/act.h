@@ -2,7 +2,7 @@
 #ifndef LEXI_ACT_H
 #define LEXI_ACT_H
 
-#include "decode.h"
+#include "decode_records.h"
 
 /* g[c] <- act(g[c]) * u[c] for c < f; act a DEC_ACT_* */
 void act_gated_avx2(int act, float *g, const float *u, int64_t f);

@@ -29,16 +29,6 @@
 #include "decode_math.h"
 #include "moe.h"
 
-/* Eight partial sums, added pairwise at the end: the shape gcc vectorizes without reassociating a sum. */
-HOT float dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
 HOT static float sum_squares(const float *x, int64_t n) {
     return dot_f32(x, x, n);
 }

@@ -2,7 +2,8 @@
 #ifndef LEXI_DECODE_ATTN_H
 #define LEXI_DECODE_ATTN_H
 
-#include "decode.h"
+#include "decode_records.h"
+#include "lexi_cpu.h"
 
 /* Query vectors [first, first + count) of sequence `seq` against KV head `kvh`: vector v is head v % G of the
    sequence's row v / G (G = n_heads / n_kv_heads); count <= ATTN_PIECE_MAX. */

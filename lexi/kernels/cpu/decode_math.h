@@ -1,11 +1,12 @@
-/* What decode.c and decode_attn.c share: bfloat16 rounding as torch does it, float32 dot products, record access. */
+/* What decode.c and decode_attn.c share: bfloat16 rounding as torch does it, float32 dot products (decode_math.c),
+   record access. */
 #ifndef LEXI_DECODE_MATH_H
 #define LEXI_DECODE_MATH_H
 
 #include <stdint.h>
 #include <string.h>
 
-#include "decode.h"
+#include "decode_records.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HOT __attribute__((target_clones("avx2", "default")))
@@ -35,7 +36,7 @@ static inline float round_to_cache(float f, int cache_type) {
     return cache_type == DEC_CACHE_BF16 ? bf16_to_f32(f32_to_bf16(f)) : f;
 }
 
-/* Eight partial sums, added pairwise at the end (decode.c). */
+/* Eight partial sums, added pairwise at the end (decode_math.c). */
 float dot_f32(const float *a, const float *b, int64_t n);
 
 #endif
