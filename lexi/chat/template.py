@@ -171,7 +171,8 @@ class ChatTemplate:
             merged.update(kwargs)
         if reasoning_effort is not None:
             if reasoning_effort not in REASONING_EFFORTS:
-                raise ValueError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}")
+                message = f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}"
+                raise TemplateVariablesError("reasoning_effort", message)
             if self.has_thinking_switch:
                 merged["enable_thinking"] = reasoning_effort != "none"
                 merged["reasoning_effort"] = reasoning_effort
@@ -219,21 +220,34 @@ class ChatTemplate:
             raise TemplateRenderError(f"chat template from {self.origin} failed to render: {exc}") from None
 
 
+class TemplateVariablesError(ValueError):
+    """Template variables the request may not pass (`param`: chat_template_kwargs or reasoning_effort): the
+    request's fault, raised on purpose, unlike a ValueError from a bug while rendering."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def check_template_kwargs(kwargs: Mapping[str, Any], where: str) -> None:
     """Template variables must be a JSON object of JSON values, never a server-supplied name."""
     if not isinstance(kwargs, Mapping):
-        raise ValueError(f"{where} must be a JSON object")
+        raise TemplateVariablesError(where, f"{where} must be a JSON object")
     for key, value in kwargs.items():
         if not isinstance(key, str):
-            raise ValueError(f"{where} keys must be strings")
+            raise TemplateVariablesError(where, f"{where} keys must be strings")
         if key in RESERVED_KWARGS:
-            raise ValueError(f"{where} may not set the reserved variable {key!r}")
+            raise TemplateVariablesError(where, f"{where} may not set the reserved variable {key!r}")
         if key in ("enable_thinking",) and not isinstance(value, bool):
-            raise ValueError(f"{where}.{key} must be a boolean")
+            raise TemplateVariablesError(where, f"{where}.{key} must be a boolean")
         if key == "reasoning_effort" and value not in REASONING_EFFORTS:
-            raise ValueError(f"{where}.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}")
+            raise TemplateVariablesError(
+                where, f"{where}.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}"
+            )
         if not _is_json_scalar(value):
-            raise ValueError(f"{where}.{key} must be a JSON scalar (string, number, boolean or null)")
+            raise TemplateVariablesError(
+                where, f"{where}.{key} must be a JSON scalar (string, number, boolean or null)"
+            )
 
 
 def _is_json_scalar(value: Any) -> bool:

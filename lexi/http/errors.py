@@ -13,7 +13,7 @@ from typing import Any
 
 from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.output import OutputError
-from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
+from lexi.chat.template import TemplateRenderError, TemplateVariablesError, ThinkingUnsupported
 from lexi.engine.errors import ContextOverflow, EngineBusy
 
 _TYPES = {
@@ -76,17 +76,8 @@ def failed_mid_stream(exc: BaseException) -> ApiError:
 # ---- the layers below, in HTTP terms ----
 
 
-class TemplateVariablesError(ValueError):
-    """The request's template variables (`param`: chat_template_kwargs or reasoning_effort) refused by the turn's
-    own check (lexi/http/generation/turn.py), before the template sees them."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.param = param
-
-
 ENGINE_REFUSALS = (EngineBusy, ContextOverflow, ValueError)
-# What rendering a turn raises on purpose: the template's own faults and the turn's checks. Not ValueError: a bug
+# What rendering a turn raises on purpose: the template's own faults and its variables' checks. Not ValueError: a bug
 # while building a turn raises that too, and it is a 500, not a 400 that blames the request.
 TURN_FAULTS = (ConstraintError, ThinkingUnsupported, TemplateRenderError, TemplateVariablesError)
 
