@@ -117,16 +117,20 @@ def test_empty_tools_is_400_naming_tools(client):
     assert body["param"] == "tools" and body["code"] == "empty_array"
 
 
-def test_empty_tools_is_400_naming_tools_on_responses_too(client):
-    """The Responses route refuses `tools: []` as the chat route does, in its own error shape."""
+def test_empty_tools_on_responses_is_no_tools_and_a_forced_choice_still_needs_one(client):
+    """The Responses route takes `tools: []` as no tools (OpenAI's Responses API does, unlike its chat route); a
+    choice that needs a tool is refused in the route's error shape."""
+    assert client.responses.create(model="fields", input="Name a colour.", tools=[], max_output_tokens=1).id
     with pytest.raises(openai.BadRequestError) as info:
-        client.responses.create(model="fields", input="Name a colour.", tools=[], max_output_tokens=1)
+        client.responses.create(
+            model="fields", input="Name a colour.", tools=[], tool_choice="required", max_output_tokens=1
+        )
     assert info.value.status_code == 400
     body = info.value.body
     assert set(body) == {"message", "type", "param", "code"}
-    assert body["type"] == "invalid_request_error" and body["param"] == "tools" and body["code"] == "empty_array"
-    assert "tools" in body["message"]
-    # one tool is taken: the refusal is about the empty array, not about tools on this route
+    assert body["type"] == "invalid_request_error" and body["param"] == "tool_choice"
+    assert "needs tools" in body["message"]
+    # one tool is taken
     tool = {"type": "function", "name": "pick", "parameters": {"type": "object", "properties": {}}}
     assert client.responses.create(model="fields", input="Name a colour.", tools=[tool], max_output_tokens=1).id
 

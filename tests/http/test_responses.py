@@ -144,7 +144,7 @@ def test_raw_sse_framing(server):
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]"),
         ({"instructions": ["x"]}, "instructions"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"tools": []}, "tools"),  # OpenAI's 400 too: a client with no tools leaves the field out
+        ({"tools": [], "tool_choice": "required"}, "tool_choice"),  # [] is no tools here (as OpenAI's Responses)
         ({"tool_choice": "required"}, "tool_choice"),
         ({"previous_response_id": 123}, "previous_response_id"),
         ({"previous_response_id": "resp_123"}, "previous_response_id"),  # not stored: OpenAI's 400 too
