@@ -42,12 +42,7 @@ import torch  # noqa: E402
 from constrain_bounds import FLAG, bound_rows  # noqa: E402
 from run_info import commit  # noqa: E402
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
-from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
-from lexi.chat.counted_examples import counted_examples  # noqa: E402
-from lexi.chat.counted_strings import CountedStrings  # noqa: E402
-from lexi.chat.regex_cost import repeat_budget  # noqa: E402
 from lexi.chat.response_format import ResponseFormat  # noqa: E402
 from lexi.chat.tools import Tool, ToolChoice, ToolSet  # noqa: E402
 from lexi.engine.bitmask import TokenBitmask  # noqa: E402
@@ -59,6 +54,11 @@ from lexi.gguf.bundled import resolve_model  # noqa: E402
 from lexi.gguf.reader import read_gguf  # noqa: E402
 from lexi.gguf.tokenizer import Tokenizer  # noqa: E402
 from lexi.model.loader import load_model  # noqa: E402
+from lexi.structured.compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
+from lexi.structured.counted_examples import counted_examples  # noqa: E402
+from lexi.structured.counted_strings import CountedStrings  # noqa: E402
+from lexi.structured.regex_cost import repeat_budget  # noqa: E402
+from lexi.structured.vocabulary import ConstraintVocabulary  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 WEATHER = {
@@ -128,7 +128,7 @@ LONG = {
 }
 
 
-# strings too long to write out in the DFA: counted beside it (lexi/chat/counted_strings.py)
+# strings too long to write out in the DFA: counted beside it (lexi/structured/counted_strings.py)
 NOTE = {
     "type": "object",
     "properties": {
@@ -139,7 +139,7 @@ NOTE = {
 }
 
 
-# arrays too long to write out in the DFA: their items counted beside it (lexi/chat/counted_items.py)
+# arrays too long to write out in the DFA: their items counted beside it (lexi/structured/counted_arrays.py)
 ITEMS = {
     "type": "object",
     "properties": {

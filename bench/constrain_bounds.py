@@ -8,9 +8,9 @@ import time
 
 from outlines_core import Index
 
-from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.regex_cost import dfa_states, repeat_budget
-from lexi.chat.schema_regex import SchemaRegex
+from lexi.structured.regex_cost import dfa_states, repeat_budget
+from lexi.structured.schema_regex import SchemaRegex
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 FLAG = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
 

@@ -1,4 +1,4 @@
-"""What a chat turn's output must look like, as a sequence of phases: plain data, compiled elsewhere.
+"""What a chat turn's output must look like, as a sequence of phases: plain data, compiled by lexi/structured.
 
 - tool_choice "required" or a named function: valid call block(s) in the template's form, from the
   first token (or right after the thought, when the template opened one: reasoning stays free).
@@ -11,51 +11,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from lexi.chat.call_regex import NEWLINE, OPEN, call_after_opener
-from lexi.chat.regex_cost import REPEAT_STATES
-from lexi.chat.regex_text import literal
+from lexi.chat.reasoning import DELIMITERS
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
-from lexi.chat.thought_budget import ThoughtBudget
 from lexi.chat.tools import ToolSet
-
-
-class ConstraintError(ValueError):
-    """The requested output cannot be enforced (no value fits the schema, or it does not compile)."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True, slots=True)
-class FreeText:
-    """Unconstrained text, watched for `marker`."""
-
-    marker: str
-    enter: bool  # True: the marker ends this phase; False: the marker may not be written at all
-    may_end: bool = True  # the output may end during this phase
-
-
-@dataclass(frozen=True, slots=True)
-class Guided:
-    """Text matching `regex`, a phase that ends when nothing but the end of output could follow."""
-
-    regex: str
-    may_end_first: bool = False  # the output may also end instead of starting this phase
-
-
-@dataclass(frozen=True, slots=True)
-class ConstraintPlan:
-    phases: tuple[FreeText | Guided, ...]  # none: the output is free (a thought budget may still hold it)
-    loop_from: int | None = None  # after the last phase, start again here (another call); None: the end
-    thought: ThoughtBudget | None = None  # the thought closes within this many tokens
-
-    @property
-    def regexes(self) -> list[str]:
-        return [p.regex for p in self.phases if isinstance(p, Guided)]
+from lexi.structured.call_regex import NEWLINE, OPEN, call_after_opener
+from lexi.structured.plan import ConstraintError, ConstraintPlan, FreeText, Guided, ThoughtBudget
+from lexi.structured.regex_cost import REPEAT_STATES
+from lexi.structured.regex_text import literal
+from lexi.structured.schema_regex import SchemaRegex
 
 
 def plan_output(
@@ -109,5 +74,5 @@ def with_thought_budget(
 ) -> ConstraintPlan:
     """`plan` (None: free output) with its thought held to `tokens` tokens; `pairs`: the (opener, closer) pairs a
     thought may open with (None: the `<think>` forms)."""
-    budget = ThoughtBudget(tokens, opened) if pairs is None else ThoughtBudget(tokens, opened, pairs)
+    budget = ThoughtBudget(tokens, opened, DELIMITERS if pairs is None else pairs)
     return ConstraintPlan((), thought=budget) if plan is None else replace(plan, thought=budget)

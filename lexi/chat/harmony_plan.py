@@ -13,13 +13,13 @@ The prompt ends with `<|start|>assistant`, so the output starts with a message h
 
 from __future__ import annotations
 
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, FreeText, Guided
 from lexi.chat.harmony import END
-from lexi.chat.regex_cost import REPEAT_STATES
-from lexi.chat.regex_text import alt, literal
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
 from lexi.chat.tools import Tool, ToolSet
+from lexi.structured.plan import ConstraintError, ConstraintPlan, FreeText, Guided
+from lexi.structured.regex_cost import REPEAT_STATES
+from lexi.structured.regex_text import alt, literal
+from lexi.structured.schema_regex import SchemaRegex
 
 ANALYSIS = "<|channel|>analysis<|message|>"
 ADDRESS = " to=functions."

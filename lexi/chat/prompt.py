@@ -11,17 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output, with_thought_budget
+from lexi.chat.constraint_plan import plan_output, with_thought_budget
 from lexi.chat.guided import GuidedText, guided_plan
 from lexi.chat.harmony import MESSAGE, HarmonyParser, opened_message
 from lexi.chat.harmony_plan import THOUGHT_PAIR, harmony_plan
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
-from lexi.chat.regex_cost import repeat_budget
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.template import ChatTemplate, TemplateRenderError
 from lexi.chat.tool_prompt import text_of, with_tools
 from lexi.chat.tools import ToolSet
+from lexi.structured.plan import ConstraintError, ConstraintPlan
+from lexi.structured.regex_cost import repeat_budget
 
 
 @dataclass(frozen=True, slots=True)

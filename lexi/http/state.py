@@ -35,7 +35,7 @@ class Runtime:
 
     tokenizer: Any  # lexi.gguf.tokenizer.Tokenizer
     engine: Any  # lexi.engine.engine.Engine
-    constraints: Any  # lexi.chat.constraint_compiler.ConstraintCompiler: this vocabulary's compiled constraints
+    constraints: Any  # lexi.structured.compiler.ConstraintCompiler: this vocabulary's compiled constraints
 
 
 @dataclass(slots=True)
@@ -176,16 +176,16 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
 
     def work() -> None:
         try:
-            from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
             from lexi.chat.constraint_plan import plan_output
-            from lexi.chat.constraint_vocab import ConstraintVocabulary
-            from lexi.chat.counted_examples import counted_examples
-            from lexi.chat.regex_cost import repeat_budget
             from lexi.chat.response_format import ResponseFormat
             from lexi.engine.engine import Engine
             from lexi.gguf.tokenizer import Tokenizer
             from lexi.model.loader import load_model
             from lexi.model.memory import memory_report
+            from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
+            from lexi.structured.counted_examples import counted_examples
+            from lexi.structured.regex_cost import repeat_budget
+            from lexi.structured.vocabulary import ConstraintVocabulary
 
             started = time.monotonic()
             tokenizer = Tokenizer.from_gguf(gguf_file)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lexi.chat.constraint_plan import ConstraintPlan, plan_output
+from lexi.chat.constraint_plan import plan_output
 from lexi.chat.guided import GuidedText, guided_plan
-from lexi.chat.regex_cost import REPEAT_STATES
 from lexi.chat.response_format import ResponseFormat
 from lexi.http.errors import bad_request
 from lexi.http.ops.config import SamplingDefaults
@@ -23,6 +22,8 @@ from lexi.http.parsing.fields import (
     stream_options,
 )
 from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided, parse_response_format
+from lexi.structured.plan import ConstraintPlan
+from lexi.structured.regex_cost import REPEAT_STATES
 
 COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options", "response_format",
                      *COMPLETION_SAMPLING_FIELDS, *GUIDED_FIELDS, *NO_EFFECT)  # fmt: skip

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from lexi.chat.constraint_plan import ConstraintError
-from lexi.chat.regex_cost import repeat_budget
 from lexi.engine.request import CompletionDelta
 from lexi.http.completions.reply import CompletionChunks, completion_body
 from lexi.http.completions.request import CompletionRequest, parse_completion_request
@@ -21,6 +19,8 @@ from lexi.http.generation.logprobs import completion_logprobs
 from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.sampling import choice_requests, finish_reason, merge_usage, sampling_params
 from lexi.http.sse import DONE, frame
+from lexi.structured.plan import ConstraintError
+from lexi.structured.regex_cost import repeat_budget
 
 
 class CompletionsRoute(GenerationRoute):

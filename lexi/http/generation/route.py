@@ -12,8 +12,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from lexi.chat.constraint import TurnConstraint
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
 from lexi.chat.prompt import ChatTurn
 from lexi.engine.sampling import SamplingParams
 from lexi.http.errors import ApiError, bad_request, constraint_error, failed_mid_stream
@@ -24,6 +22,8 @@ from lexi.http.ops.drain import shutting_down
 from lexi.http.parsing.fields import MAX_CHOICES, SamplingRequest
 from lexi.http.route import Route
 from lexi.http.sse import HEADERS as SSE_HEADERS
+from lexi.structured.plan import ConstraintError, ConstraintPlan
+from lexi.structured.turn import TurnConstraint
 
 log = logging.getLogger(__name__)
 

@@ -15,18 +15,18 @@ import random
 import jsonschema
 import numpy as np
 import pytest
-from test_constraint import allowed_ids
-from test_constraint_budget import budget_walk
+from test_turn import allowed_ids
+from test_turn_budget import budget_walk
 
-from lexi.chat.constraint_budget import fewest_tokens
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.counted_regex import ARRAY, ARRAY_END, ITEM
-from lexi.chat.counted_strings import has_counted
 from lexi.chat.output import ChatOutput
-from lexi.chat.regex_cost import dfa_states
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
+from lexi.structured.closing_table import fewest_tokens
+from lexi.structured.counted_marks import ARRAY, ARRAY_END, ITEM
+from lexi.structured.counted_strings import has_counted
+from lexi.structured.regex_cost import dfa_states
+from lexi.structured.schema_regex import SchemaRegex
 
 DIGIT = {"type": "integer", "minimum": 0, "maximum": 9}
 FLAG = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}

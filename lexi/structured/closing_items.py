@@ -1,6 +1,6 @@
-"""Closing distances that count the items a counted array still needs (`counted_items`), so it closes in time.
+"""Closing distances that count the items a counted array still needs (`counted_arrays`), so it closes in time.
 
-The closing table (`constraint_budget`) reads distances off the DFA, where a counted array of one item may
+The closing table (`closing_table`) reads distances off the DFA, where a counted array of one item may
 already close: for `minItems: 30` it is short by 29 items, and a budget steered by it runs out mid-array. Here
 the distance is over (state, k): k is how many more commas the innermost counted array open at the state must
 take before its `]`. A token moves k as its byte walk says (`ArrayMarks.scan`): its commas at that array's level
@@ -28,8 +28,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lexi.chat.constraint_budget import UNREACHABLE, ClosingTable
-from lexi.chat.counted_items import Items, ItemScan
+from lexi.structured.closing_table import UNREACHABLE, ClosingTable
+from lexi.structured.counted_arrays import Items, ItemScan
 
 MAX_LAYERS = 320  # exact up to minItems 321; past it a layer is extrapolated by `per_item`
 _MAX_WORST = 4096  # (state, need) pairs whose worst next distance is kept

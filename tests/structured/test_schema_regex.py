@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from lexi.chat.number_regex import int_range
-from lexi.chat.regex_cost import REPEAT_STATES, copy_states
-from lexi.chat.schema_refs import resolve_ref
-from lexi.chat.schema_regex import COMMA, HOLE, SchemaRegex, _merge, schema_regex
+from lexi.structured.number_regex import int_range
+from lexi.structured.regex_cost import REPEAT_STATES, copy_states
+from lexi.structured.schema_refs import resolve_ref
+from lexi.structured.schema_regex import COMMA, HOLE, SchemaRegex, _merge, schema_regex
 
 SCHEMAS: dict[str, Any] = {
     "strings": {
@@ -377,7 +377,7 @@ def test_integer_ranges_are_exact(low, high, n):
 
 
 EXACT = {  # bounds the regex writes out: what it accepts is exactly what the schema accepts (30 enum items, once here,
-    # were past the budget, so widened all along; they are counted now: tests/chat/test_counted_items.py)
+    # were past the budget, so widened all along; they are counted now: tests/structured/test_counted_arrays.py)
     "string_2_17": {"type": "string", "minLength": 2, "maxLength": 17},
     "numbers_3_20": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 20},
     "range": {"type": "integer", "minimum": -37, "maximum": 1234},

@@ -17,8 +17,8 @@ import threading
 import numpy as np
 from outlines_core import Vocabulary
 
-from lexi.chat.constraint_budget import fewest_tokens
-from lexi.chat.plain_walk import TokenBytes
+from lexi.structured.closing_table import fewest_tokens
+from lexi.structured.counted_plain_walk import TokenBytes
 
 _SPACE = b" \t\r\n"
 
@@ -47,7 +47,7 @@ class ConstraintVocabulary:
         if self.hole_id is not None:
             table[b"\x00"] = [self.hole_id]
         for byte in range(1, 32):  # outlines-core takes a regex only if every state it reaches can be left:
-            # a counted string's marks (counted_regex) are control bytes some vocabularies cannot spell, so
+            # a counted string's marks (counted_marks) are control bytes some vocabularies cannot spell, so
             # each gets an id past the vocabulary, which no mask row holds (the model never writes a mark)
             table.setdefault(bytes([byte]), [self.size + byte])
         self.outlines = Vocabulary(self.eos_id, table)

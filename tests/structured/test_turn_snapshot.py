@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 import pytest
-from test_constraint import NOTE, WEATHER, allowed_ids, closing_ids
+from test_turn import NOTE, WEATHER, allowed_ids, closing_ids
 
 from lexi.chat.constraint_plan import plan_output, with_thought_budget
 from lexi.chat.reasoning import DELIMITERS

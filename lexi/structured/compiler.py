@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from outlines_core import Index
 
-from lexi.chat.compiled_index import CompiledIndex
-from lexi.chat.constraint import TurnConstraint
-from lexi.chat.constraint_budget import ClosingTable
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
-from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.counted_strings import CountedStrings, has_counted
-from lexi.chat.item_closing import ItemClosing
+from lexi.structured.closing_items import ItemClosing
+from lexi.structured.closing_table import ClosingTable
+from lexi.structured.compiled_index import CompiledIndex
+from lexi.structured.counted_strings import CountedStrings, has_counted
+from lexi.structured.plan import ConstraintError, ConstraintPlan
+from lexi.structured.turn import TurnConstraint
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,17 +13,17 @@ import json
 
 import numpy as np
 import pytest
-from test_constraint import allowed_ids
-from test_constraint_budget import budget_walk
+from test_turn import allowed_ids
+from test_turn_budget import budget_walk
 
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.counted_examples import counted_examples
-from lexi.chat.counted_regex import BOUNDARY, ENTRY, EXIT
-from lexi.chat.counted_strings import CountedStrings, has_counted
 from lexi.chat.output import ChatOutput
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
+from lexi.structured.counted_examples import counted_examples
+from lexi.structured.counted_marks import BOUNDARY, ENTRY, EXIT
+from lexi.structured.counted_strings import CountedStrings, has_counted
+from lexi.structured.schema_regex import SchemaRegex
 
 
 def note_tool(low: int, high: int | None) -> Tool:
@@ -185,8 +185,8 @@ def test_a_fill_by_gain_order_is_the_token_by_token_set(compiler, smollm2_tokeni
     """A step's counted set is filled from the scan's tokens sorted by gain (`GainOrder`: only the runs a count rules
     out are cleared); at every state of uniform walks, for the walk's own run and for random counts around both
     bounds, it must be exactly the tokens `allowed` keeps comparing every token."""
-    from lexi.chat.counted_strings import Run
-    from lexi.chat.mask_bits import set_bits
+    from lexi.structured.counted_strings import Run
+    from lexi.structured.mask_bits import set_bits
 
     size = smollm2_tokenizer.vocab_size
     rnd, checked, cleared = np.random.default_rng(2), 0, 0

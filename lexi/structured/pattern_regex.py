@@ -15,8 +15,8 @@ import re
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
-from lexi.chat.regex_cost import bounded_repeat
-from lexi.chat.regex_text import (
+from lexi.structured.regex_cost import bounded_repeat
+from lexi.structured.regex_text import (
     ALL,
     Charset,
     alt,

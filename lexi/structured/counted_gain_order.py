@@ -1,6 +1,6 @@
 """A counted string's scan in the shape a step near a bound wants: its ok tokens as a packed row, and sorted by how
-many characters each adds, so the tokens a count rules out are runs at the ends (lexi/chat/counted_strings.py makes
-the scans; lexi/chat/constraint.py fills masks from them)."""
+many characters each adds, so the tokens a count rules out are runs at the ends (`counted_strings` makes the scans;
+`turn` fills masks from them)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lexi.chat.mask_bits import clear_many, set_many
+from lexi.structured.mask_bits import clear_many, set_many
 
 if TYPE_CHECKING:
-    from lexi.chat.counted_strings import Run
+    from lexi.structured.counted_strings import Run
 
 
 @dataclass(frozen=True, slots=True)

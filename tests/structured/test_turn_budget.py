@@ -14,15 +14,15 @@ from collections import deque
 
 import numpy as np
 import pytest
-from test_constraint import allowed_ids
+from test_turn import allowed_ids
 
-from lexi.chat.constraint_budget import ClosingTable, fewest_tokens
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import DELIMITERS, ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
+from lexi.structured.closing_table import ClosingTable, fewest_tokens
+from lexi.structured.schema_regex import SchemaRegex
 
 TWO_STRINGS = Tool(
     "send",

@@ -12,20 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lexi.chat.reasoning import DELIMITERS
 from lexi.held_back import held_back_length
+from lexi.structured.plan import ThoughtBudget
 
 _SPACE = b" \t\r\n"
-
-
-@dataclass(frozen=True, slots=True)
-class ThoughtBudget:
-    """At most `tokens` tokens of thought. `opened`: the pair the prompt opened (the output starts inside the
-    thought); None: the output may open a thought itself."""
-
-    tokens: int
-    opened: tuple[str, str] | None = None
-    pairs: tuple[tuple[str, str], ...] = DELIMITERS  # what may open a thought at the start (harmony: its analysis)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.regex_text import alt
+from lexi.structured.regex_text import alt
 
 INTEGER = "\\u002D?(?:0|[1-9][0-9]*)"
 FRACTION_EXPONENT = "(?:\\u002E[0-9]+)?(?:[eE][\\u002B\\u002D]?[0-9]+)?"

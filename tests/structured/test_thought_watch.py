@@ -1,6 +1,6 @@
 """A thought held to its token budget (Anthropic's budget_tokens), over the real SmolLM2 vocabulary.
 
-Walks pick uniformly among the allowed tokens (tests/chat/test_constraint.py's harness): if the budget
+Walks pick uniformly among the allowed tokens (tests/structured/test_turn.py's harness): if the budget
 could be overrun, some walk would overrun it.
 """
 

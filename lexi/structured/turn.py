@@ -19,16 +19,16 @@ from dataclasses import replace
 import numpy as np
 from outlines_core import Guide
 
-from lexi.chat.compiled_index import CompiledIndex
-from lexi.chat.constraint_budget import UNREACHABLE
-from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
-from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.counted_items import Items
-from lexi.chat.counted_masks import named_set, openers_outside
-from lexi.chat.counted_strings import Run
-from lexi.chat.mask_bits import bit, clear_bits, or_bits, set_bits
-from lexi.chat.thought_budget import ForcedCloser, ThoughtWatch
 from lexi.held_back import held_back_length
+from lexi.structured.closing_table import UNREACHABLE
+from lexi.structured.compiled_index import CompiledIndex
+from lexi.structured.counted_arrays import Items
+from lexi.structured.counted_masks import named_set, openers_outside
+from lexi.structured.counted_strings import Run
+from lexi.structured.mask_bits import bit, clear_bits, or_bits, set_bits
+from lexi.structured.plan import ConstraintPlan, FreeText, Guided
+from lexi.structured.thought_watch import ForcedCloser, ThoughtWatch
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 MAX_ROLLBACK = 64  # tokens a snapshot may be walked past and rolled back (--spec-max's largest draft)
 
@@ -37,7 +37,7 @@ class TurnConstraint:
     """Walks a compiled plan; every phase after the first starts fresh on the token after its marker.
 
     With a budget (the request's max_tokens), a step that could leave the output unable to close in the
-    tokens left is narrowed to the tokens that keep it closable (see constraint_budget): a forced call
+    tokens left is narrowed to the tokens that keep it closable (see closing_table): a forced call
     or a JSON answer that fits the budget always closes, a free phase's marker that would open a call
     with no room left to finish is not written, and an optional further call that cannot fit is not begun.
     """
@@ -60,7 +60,7 @@ class TurnConstraint:
         self._started = False  # the current guided phase consumed a token
         self._free_rest = False  # a container opened at a hole: nothing is restricted any more
         self._run: Run | None = None  # the counted string the guided phase is writing (counted_strings)
-        self._items: tuple[Items, ...] = ()  # the counted arrays open in it, innermost last (counted_items)
+        self._items: tuple[Items, ...] = ()  # the counted arrays open in it, innermost last (counted_arrays)
         self._thought = ThoughtWatch(plan.thought) if plan.thought is not None else None
         self._guide_steps = 0  # tokens the current guide advanced (what a restore rolls back)
         self._left_guides: dict[int, int] | None = None  # during a walk: guides left behind -> their steps

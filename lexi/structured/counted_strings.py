@@ -1,4 +1,4 @@
-"""Counting the characters of bounded strings beside a constraint's DFA (the regex marks: `counted_regex`).
+"""Counting the characters of bounded strings beside a constraint's DFA (the regex marks: `counted_marks`).
 
 An index of the same regex over the 255 single bytes has the same DFA state ids as the model's index and
 costs microseconds a state, so it gives every state's byte transitions. From them, per state: the bounds
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from outlines_core import Index
 
-from lexi.chat.counted_items import ArrayMarks, Items, ItemScan
-from lexi.chat.counted_regex import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
-from lexi.chat.gain_order import GainOrder
-from lexi.chat.plain_walk import TokenBytes, plain_walk
-from lexi.chat.regex_cost import byte_vocabulary
-from lexi.chat.regex_text import lit
+from lexi.structured.counted_arrays import ArrayMarks, Items, ItemScan
+from lexi.structured.counted_gain_order import GainOrder
+from lexi.structured.counted_marks import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
+from lexi.structured.counted_plain_walk import TokenBytes, plain_walk
+from lexi.structured.regex_cost import byte_vocabulary
+from lexi.structured.regex_text import lit
 
 _FAR = 1 << 20  # byte distance of a state from which no counted string ends nearby
 _MAX_ROUNDS = 64  # distance relaxation rounds: what a counted string's closer can be away, and more

@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
-from lexi.chat.constraint_plan import ConstraintError, plan_output
+from lexi.chat.constraint_plan import plan_output
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import schema_regex
+from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
+from lexi.structured.plan import ConstraintError
+from lexi.structured.schema_regex import schema_regex
 
 
 def test_cached_compiles_are_reused_and_fast(vocab):

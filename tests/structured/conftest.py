@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
-from lexi.chat.constraint_vocab import ConstraintVocabulary
+from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any, Protocol
 
-from lexi.chat.counted_regex import countable, entry_mark, exit_mark
-from lexi.chat.regex_cost import REPEAT_STATES
-from lexi.chat.regex_text import alt, literal, repeat
-from lexi.chat.schema_regex import COLON, COMMA, WS, SchemaRegex
-from lexi.chat.tool_calls import says_string
-from lexi.chat.tools import Tool
+from lexi.structured.counted_marks import countable, entry_mark, exit_mark
+from lexi.structured.regex_cost import REPEAT_STATES
+from lexi.structured.regex_text import alt, literal, repeat
+from lexi.structured.schema_refs import says_string
+from lexi.structured.schema_regex import COLON, COMMA, WS, SchemaRegex
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NEWLINE = "\\u000A?"
 NON_ASCII = "[\\u0080-\\uD7FF\\uE000-\\U0010FFFF]"  # one character outside ASCII (not a surrogate)
+
+
+class Tool(Protocol):
+    """What a call's regex reads of a declared tool (lexi.chat.tools.Tool is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def parameters(self) -> Any: ...  # the JSON Schema of its arguments
 
 
 def call_after_opener(tools: Sequence[Tool], form: str, budget: int = REPEAT_STATES) -> str | None:
@@ -56,7 +66,7 @@ def function_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
             continue
         if counted is None:
             param = literal(f"<parameter={key}>\n") + value + literal("\n</parameter>\n")
-        else:  # its length counted beside the DFA (counted_regex)
+        else:  # its length counted beside the DFA (counted_marks)
             opener = literal(f"<parameter={key}>") + entry_mark(*counted) + literal("\n")
             param = opener + value + literal("\n</parameter>") + exit_mark() + literal("\n")
         params.append(param if key in required else f"(?:{param})?")
@@ -70,7 +80,7 @@ def function_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
 def _text_value(schema) -> tuple[str, tuple[int, int | None] | None]:
     """A string parameter written as raw text, and whether its length is counted beside the DFA: its enum values
     when it lists them, a length bound when it is too short to hold the closing tag (written out), a longer
-    bound counted beside the DFA (`counted_regex`: written out, the DFA that avoids the tag would take ~19
+    bound counted beside the DFA (`counted_marks`: written out, the DFA that avoids the tag would take ~19
     states a character, past the repeat budget of `regex_cost` from 12 on), else any text without `</parameter>`
     (other keywords widened)."""
     if isinstance(schema, dict):

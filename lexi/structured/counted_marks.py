@@ -10,7 +10,7 @@ nothing a schema accepts is narrowed:
   ENTRY + min + max (the value itself may hold any character);
 - after either string's closer (the quote, `\\n</parameter>`), EXIT, where only JSON punctuation or a
   newline may follow.
-Item counts of an array too long to write out are marked the same way (`counted_items` counts them):
+Item counts of an array too long to write out are marked the same way (`counted_arrays` counts them):
 ARRAY + min + max right after its `[`, ITEM + min + max right after each of its commas, ARRAY_END after its `]`.
 min and max are written as four digits each, the digits being the control characters U+0010..U+001F.
 A model never writes a mark (the constraint masks them out); they only let `counted_strings` read, from
@@ -19,7 +19,7 @@ the DFA's own states, where a counted string begins, which bounds it has and whe
 
 from __future__ import annotations
 
-from lexi.chat.regex_text import lit
+from lexi.structured.regex_text import lit
 
 BOUNDARY, ENTRY, EXIT = 0x01, 0x02, 0x03
 ARRAY, ITEM, ARRAY_END = 0x04, 0x05, 0x06

@@ -5,7 +5,7 @@ it can, never narrowed, so every value the schema accepts keeps a serialization 
 (compact, keys in the order the schema lists them). Widened: `format`, `multipleOf`, `uniqueItems`,
 `not`, `if`/`then`/`else`, property counts, untranslatable patterns, pattern repeats past their compile
 budget (`regex_cost`; string lengths and item counts past it, a tuple's further items included, are counted
-beside the DFA instead, `counted_regex`), integer bounds of more than 18 digits, and nesting past a depth
+beside the DFA instead, `counted_marks`), integer bounds of more than 18 digits, and nesting past a depth
 limit: there the regex holds a hole (a NUL character, which JSON text never contains raw), and the per-request
 constraint lets the model open any container at a hole and leaves the rest of the output free (a regex
 cannot count brackets, and writing every level out costs ~4x per level in the compiled index). The one
@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from lexi.chat.counted_regex import (
+from lexi.structured.counted_marks import (
     UNBOUNDED,
     countable,
     counted_array,
@@ -29,11 +29,11 @@ from lexi.chat.counted_regex import (
     counted_separator,
     exit_mark,
 )
-from lexi.chat.number_regex import NUMBER, integer_regex, number_regex
-from lexi.chat.pattern_regex import Untranslatable, any_json_char, pattern_body
-from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
-from lexi.chat.regex_text import alt, literal, repeat
-from lexi.chat.schema_refs import resolve_ref
+from lexi.structured.number_regex import NUMBER, integer_regex, number_regex
+from lexi.structured.pattern_regex import Untranslatable, any_json_char, pattern_body
+from lexi.structured.regex_cost import REPEAT_STATES, bounded_repeat, writes_out
+from lexi.structured.regex_text import alt, literal, repeat
+from lexi.structured.schema_refs import resolve_ref
 
 WS = "\\u0020?"  # one optional space after ',' and ':': compact JSON, and no room to pad forever
 COMMA = WS + "\\u002C" + WS
@@ -139,7 +139,7 @@ class SchemaRegex:
             return None
         if writes_out(self.char, low, high, self.budget) or not countable(low, high):
             return QUOTE + bounded_repeat(self.char, low, high, self.budget) + QUOTE
-        # past the DFA budget: counted beside the automaton (counted_regex, counted_strings)
+        # past the DFA budget: counted beside the automaton (counted_marks, counted_strings)
         return QUOTE + counted_json_body(self.char, low, high) + QUOTE + exit_mark()
 
     def array_regex(self, schema: Mapping[str, Any], depth: int) -> str | None:
@@ -160,7 +160,7 @@ class SchemaRegex:
                 return None
             return counted_brackets("", 0, 0, WS) if self._shared_brackets else "\\u005B" + WS + "\\u005D"
         # counted copies of the item cost its states each, as string characters do; past the budget, the items are
-        # counted beside the automaton (counted_regex, counted_items)
+        # counted beside the automaton (counted_marks, counted_arrays)
         more_low, more_high = max(low - 1, 0), None if high is None else high - 1
         # Where another anyOf branch's array shares the `[`, the DFA merges them: every array there is marked, even
         # a short one, so a count opened at the shared `[` always closes (bounds past what marks name: widened)

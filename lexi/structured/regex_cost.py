@@ -17,7 +17,7 @@ import functools
 
 from outlines_core import Index, Vocabulary
 
-from lexi.chat.regex_text import repeat
+from lexi.structured.regex_text import repeat
 
 # DFA states a counted repeat may add before its bound is widened. 224 keeps what was written out before
 # (16 JSON string characters, about 3 s of cold compile at 262k tokens and 0.3 s at 49k) while letting cheap

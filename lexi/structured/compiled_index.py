@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from outlines_core import Index
 
-from lexi.chat.constraint_budget import ClosingTable
-from lexi.chat.counted_items import Items
-from lexi.chat.counted_strings import CountedStrings
-from lexi.chat.item_closing import ItemClosing
+from lexi.structured.closing_items import ItemClosing
+from lexi.structured.closing_table import ClosingTable
+from lexi.structured.counted_arrays import Items
+from lexi.structured.counted_strings import CountedStrings
 
 
 class CompiledIndex:

@@ -3,11 +3,19 @@ vocabulary through their insides once per model (`ConstraintCompiler.prewarm_cou
 
 from __future__ import annotations
 
-from lexi.chat.call_regex import call_after_opener
-from lexi.chat.schema_regex import SchemaRegex
-from lexi.chat.tools import Tool
+from dataclasses import dataclass
+from typing import Any
+
+from lexi.structured.call_regex import call_after_opener
+from lexi.structured.schema_regex import SchemaRegex
+
+
+@dataclass(frozen=True, slots=True)
+class _Example:
+    name: str
+    parameters: Any
 
 
 def counted_examples() -> list[str]:
     text = {"type": "object", "properties": {"text": {"type": "string", "maxLength": 256}}, "required": ["text"]}
-    return [SchemaRegex(text).regex(), call_after_opener([Tool("example", None, text, strict=False)], "function")]
+    return [SchemaRegex(text).regex(), call_after_opener([_Example("example", text)], "function")]

@@ -1,4 +1,4 @@
-"""Counting the items of arrays too long to write out, beside a constraint's DFA (the marks: `counted_regex`).
+"""Counting the items of arrays too long to write out, beside a constraint's DFA (the marks: `counted_marks`).
 
 Per DFA state, from the byte-level table that `counted_strings` builds: the bounds of the counted array whose `[`
 it follows (ARRAY), whether it follows one of a counted array's commas and the bounds that comma names (ITEM), and
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lexi.chat.counted_regex import ARRAY, ARRAY_END, ITEM
+from lexi.structured.counted_marks import ARRAY, ARRAY_END, ITEM
 
 _STRUCTURE = np.frombuffer(b",[]" + bytes([ARRAY, ITEM, ARRAY_END]), dtype=np.uint8)  # what may touch a count
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.counted_strings import StateScan
-from lexi.chat.mask_bits import among
+from lexi.structured.counted_strings import StateScan
+from lexi.structured.mask_bits import among
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 
 def openers_outside(scan: StateScan, vocab: ConstraintVocabulary) -> np.ndarray:

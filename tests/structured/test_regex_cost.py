@@ -9,16 +9,16 @@ import json
 import jsonschema
 import pytest
 from outlines_core import Index
-from test_constraint_budget import budget_walk
+from test_turn_budget import budget_walk
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.counted_strings import has_counted
-from lexi.chat.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states, repeat_budget
-from lexi.chat.regex_text import repeat
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex, schema_regex
+from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
+from lexi.structured.counted_strings import has_counted
+from lexi.structured.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states, repeat_budget
+from lexi.structured.regex_text import repeat
+from lexi.structured.schema_regex import SchemaRegex, schema_regex
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 
 def one_value(schema: dict) -> dict:
@@ -74,7 +74,7 @@ def test_text_that_avoids_a_word_is_exact_and_shares_its_non_ascii_states(word, 
     import random
     import re
 
-    from lexi.chat.call_regex import NON_ASCII, avoid
+    from lexi.structured.call_regex import NON_ASCII, avoid
 
     regex = avoid(word)
     pattern = re.compile(regex)

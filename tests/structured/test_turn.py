@@ -13,11 +13,12 @@ import random
 import numpy as np
 import pytest
 
-from lexi.chat.constraint_plan import FreeText, plan_output
+from lexi.chat.constraint_plan import plan_output
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import DELIMITERS, ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
+from lexi.structured.plan import FreeText
 
 WEATHER = Tool(
     "get_weather",

@@ -1,0 +1,1 @@
+"""Structured output: the constraint compiler (schema and regex translation, counting, budgets, masks, indexes)."""
