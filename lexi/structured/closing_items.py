@@ -29,7 +29,8 @@ from collections.abc import Callable
 import numpy as np
 
 from lexi.structured.closing_table import UNREACHABLE, ClosingTable
-from lexi.structured.counted_arrays import Items, ItemScan
+from lexi.structured.counted_arrays import ItemScan
+from lexi.structured.counted_state import Items
 
 MAX_LAYERS = 320  # exact up to minItems 321; past it a layer is extrapolated by `per_item`
 _MAX_WORST = 4096  # (state, need) pairs whose worst next distance is kept

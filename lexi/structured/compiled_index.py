@@ -6,7 +6,7 @@ from outlines_core import Index
 
 from lexi.structured.closing_items import ItemClosing
 from lexi.structured.closing_table import ClosingTable
-from lexi.structured.counted_arrays import Items
+from lexi.structured.counted_state import Items
 from lexi.structured.counted_strings import CountedStrings
 
 

@@ -29,21 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lexi.structured.counted_marks import ARRAY, ARRAY_END, ITEM
+from lexi.structured.counted_state import Items
 
 _STRUCTURE = np.frombuffer(b",[]" + bytes([ARRAY, ITEM, ARRAY_END]), dtype=np.uint8)  # what may touch a count
-
-
-@dataclass(frozen=True, slots=True)
-class Items:
-    """A counted array open in the output: its bounds and the commas written at its level."""
-
-    low: int
-    high: int
-    commas: int = 0
-
-    def pending(self) -> int:
-        """Items still needed before it may close (an open array has at least one once it has a comma)."""
-        return max(0, self.low - self.commas - 1)
 
 
 @dataclass(frozen=True, slots=True)

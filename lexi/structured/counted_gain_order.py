@@ -5,14 +5,11 @@ many characters each adds, so the tokens a count rules out are runs at the ends 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lexi.structured.counted_state import Run
 from lexi.structured.mask_bits import clear_many, set_many
-
-if TYPE_CHECKING:
-    from lexi.structured.counted_strings import Run
 
 
 @dataclass(frozen=True, slots=True)

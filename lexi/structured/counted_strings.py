@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from outlines_core import Index
 
-from lexi.structured.counted_arrays import ArrayMarks, Items, ItemScan
+from lexi.structured.counted_arrays import ArrayMarks, ItemScan
 from lexi.structured.counted_gain_order import GainOrder
 from lexi.structured.counted_marks import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
 from lexi.structured.counted_plain_walk import TokenBytes, plain_walk
+from lexi.structured.counted_state import Items, Run
 from lexi.structured.regex_cost import byte_vocabulary
 from lexi.structured.regex_text import lit
 
@@ -40,27 +41,6 @@ _MAX_PATHS = 4  # a mark read along more paths than this is not a mark
 def has_counted(regex: str) -> bool:
     """Whether `regex` holds counted strings or arrays (every one is followed by the EXIT or ARRAY_END mark)."""
     return lit(chr(EXIT)) in regex or lit(chr(ARRAY_END)) in regex
-
-
-@dataclass(slots=True)
-class Run:
-    """Where the walk is in a counted string: what a request's constraint carries between steps."""
-
-    low: int
-    high: int
-    text: bool  # a function-form raw text value (else a JSON string)
-    arrivals: int  # characters since the string opened (and closer bytes not yet told apart)
-    start: int  # distance to the end where the string opened
-    last: int  # distance to the end at the last character boundary
-    mid: bool = False  # a JSON character is half written
-
-    @property
-    def count(self) -> int:
-        """Characters written, a half-written one included."""
-        return self.arrivals + self.last - self.start + self.mid
-
-    def pending_min(self) -> int:
-        return max(0, self.low - self.count)
 
 
 @dataclass(frozen=True, slots=True)

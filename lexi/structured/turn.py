@@ -22,9 +22,8 @@ from outlines_core import Guide
 from lexi.held_back import held_back_length
 from lexi.structured.closing_table import UNREACHABLE
 from lexi.structured.compiled_index import CompiledIndex
-from lexi.structured.counted_arrays import Items
 from lexi.structured.counted_masks import named_set, openers_outside
-from lexi.structured.counted_strings import Run
+from lexi.structured.counted_state import Items, Run
 from lexi.structured.mask_bits import bit, clear_bits, or_bits, set_bits
 from lexi.structured.plan import ConstraintPlan, FreeText, Guided
 from lexi.structured.thought_watch import ForcedCloser, ThoughtWatch

@@ -185,7 +185,7 @@ def test_a_fill_by_gain_order_is_the_token_by_token_set(compiler, smollm2_tokeni
     """A step's counted set is filled from the scan's tokens sorted by gain (`GainOrder`: only the runs a count rules
     out are cleared); at every state of uniform walks, for the walk's own run and for random counts around both
     bounds, it must be exactly the tokens `allowed` keeps comparing every token."""
-    from lexi.structured.counted_strings import Run
+    from lexi.structured.counted_state import Run
     from lexi.structured.mask_bits import set_bits
 
     size = smollm2_tokenizer.vocab_size
