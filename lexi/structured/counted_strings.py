@@ -26,6 +26,7 @@ import numpy as np
 from outlines_core import Index
 
 from lexi.structured.counted_arrays import ArrayMarks, ItemScan
+from lexi.structured.counted_full_walk import full_walk
 from lexi.structured.counted_gain_order import GainOrder
 from lexi.structured.counted_marks import ARRAY_END, BOUNDARY, DIGIT_BASE, DIGITS, ENTRY, EXIT
 from lexi.structured.counted_plain_walk import TokenBytes, plain_walk
@@ -215,11 +216,11 @@ class CountedStrings:
 
     def _scan(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> StateScan:
         """Most tokens (plain text inside a string, or structure outside counted ones) are walked by `plain_walk`;
-        the rest (control bytes, a counted string's end or beginning) by `_full_walk`."""
+        the rest (control bytes, a counted string's end or beginning) by `full_walk`."""
         ok, exits, gain, seen, at_boundary, special = plain_walk(self, start, run, ids, vocab_bytes)
         picked = np.nonzero(special)[0]
         if picked.size:
-            walked = self._full_walk(start, run, ids[picked], vocab_bytes)
+            walked = full_walk(self, start, run, ids[picked], vocab_bytes)
             for whole, part in zip((ok, exits, gain, seen, at_boundary), walked, strict=True):
                 whole[picked] = part
         extents = tuple(
@@ -230,102 +231,6 @@ class CountedStrings:
         narrows = not bool(ok.all()) or (items is not None and not bool(items.ok.all()))
         order = None if items is not None else GainOrder.of(ids, ok, exits, gain, seen, len(vocab_bytes.lengths))
         return StateScan(ids, ok, exits, gain, seen, at_boundary, narrows, extents, items, order)
-
-    def _full_walk(self, start: int, run: Run | None, ids: np.ndarray, vocab_bytes: TokenBytes) -> tuple:
-        """Every token's walk through opening, counting and closing strings: (ok, exits, gain, seen, at_boundary)."""
-        m, dist = len(ids), self.distance
-        lengths, offsets = vocab_bytes.lengths[ids], vocab_bytes.offsets[ids]
-        text = run is not None and run.text
-        text_start = run.start if text else 0
-        cur = np.full(m, start, dtype=np.int64)
-        ok = np.ones(m, dtype=bool)
-        first_open = np.full(m, run is not None)  # the string open before the token
-        exits = np.zeros(m, dtype=bool)
-        arrivals = np.zeros(m, dtype=np.int64)
-        if text:
-            last = np.full(m, min(text_start, dist[start]), dtype=np.int64)
-            seen = np.ones(m, dtype=bool)
-        else:
-            last = np.full(m, dist[start] if self.boundary[start] else 0, dtype=np.int64)
-            seen = np.full(m, bool(self.boundary[start]))
-        exit_gain = np.zeros(m, dtype=np.int64)
-        # a string opened within the token
-        run_open, run_text = np.zeros(m, dtype=bool), np.zeros(m, dtype=bool)
-        run_arrivals, run_start, run_last = (np.zeros(m, dtype=np.int64) for _ in range(3))
-        run_low, run_high = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
-        run_mid = np.zeros(m, dtype=bool)
-        for p in range(int(lengths.max(initial=0))):
-            act = np.nonzero((lengths > p) & ok)[0]
-            if act.size == 0:
-                break
-            byte = vocab_bytes.flat[offsets[act] + p].astype(np.int64)
-            prev = cur[act]
-            nxt = self._table[prev, byte].astype(np.int64)
-            bad = (nxt < 0) | (byte == BOUNDARY) & self.boundary[prev] | (byte == ENTRY) & self.entry[prev]
-            bad |= (byte == EXIT) & self.exit[prev]
-            ok[act[bad]] = False
-            keep = ~bad
-            act, prev, nxt, byte = act[keep], prev[keep], nxt[keep], byte[keep]
-            to_exit, to_boundary = self.exit[nxt], self.boundary[nxt]
-            starts_char = (byte & 0xC0) != 0x80
-            fo = first_open[act]
-            closing = fo & to_exit
-            c = act[closing]
-            exits[c] = True
-            exit_gain[c] = arrivals[c] + dist[prev[closing]]
-            first_open[c] = False
-            if text:
-                counted = fo & ~to_exit
-                a = act[counted]
-                arrivals[a] += starts_char[counted]
-                last[a] = np.minimum(text_start, dist[nxt[counted]])
-            else:
-                counted = fo & to_boundary
-                a = act[counted]
-                arrivals[a] += 1
-                last[a] = dist[nxt[counted]]
-                seen[a] = True
-            ro = run_open[act] & ~fo
-            ended = ro & to_exit
-            e = act[ended]
-            true = run_arrivals[e] + dist[prev[ended]] - run_start[e]
-            ok[e[(true < run_low[e]) | (true > run_high[e])]] = False
-            run_open[e] = False
-            go = ro & ~to_exit
-            g_text = go & run_text[act]
-            t = act[g_text]
-            run_arrivals[t] += starts_char[g_text]
-            run_last[t] = np.minimum(run_start[t], dist[nxt[g_text]])
-            g_json = go & ~run_text[act]
-            j = act[g_json & to_boundary]
-            run_arrivals[j] += 1
-            run_last[j] = dist[nxt[g_json & to_boundary]]
-            run_mid[j] = False
-            run_mid[act[g_json & ~to_boundary]] = True
-            outside = ~fo & ~ro & ~to_exit
-            for opened, is_text, bounds in (
-                (outside & to_boundary, False, (self.low[nxt], self.high[nxt])),
-                (
-                    outside & ~to_boundary & self.entry[prev] & (byte != ENTRY),
-                    True,
-                    (self.entry_low[prev], self.entry_high[prev]),
-                ),
-            ):
-                o = act[opened]
-                run_open[o], run_text[o], run_mid[o], run_arrivals[o] = True, is_text, False, 0
-                run_start[o] = run_last[o] = dist[nxt[opened]]
-                run_low[o], run_high[o] = bounds[0][opened], bounds[1][opened]
-            cur[act] = nxt
-        end_boundary = self.boundary[cur]
-        half = ~text & first_open & ~end_boundary & ~self.exit[cur]
-        true = run_arrivals + run_last - run_start + (run_mid & ~run_text)
-        ok[run_open & (true > run_high)] = False
-        gain = np.where(exits, exit_gain, arrivals + np.where(seen, last, 0) + half)
-        if text:
-            at_boundary = first_open & (dist[cur] <= text_start)
-        else:
-            at_boundary = first_open & end_boundary
-        return ok, exits, gain, seen, at_boundary
 
     @staticmethod
     def within_everywhere(scan: StateScan, run: Run) -> bool:

@@ -21,6 +21,7 @@ from lexi.chat.output import ChatOutput
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
 from lexi.structured.counted_examples import counted_examples
+from lexi.structured.counted_full_walk import full_walk
 from lexi.structured.counted_marks import BOUNDARY, ENTRY, EXIT
 from lexi.structured.counted_strings import CountedStrings, has_counted
 from lexi.structured.schema_regex import SchemaRegex
@@ -153,7 +154,7 @@ def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokeniz
             ids = np.array([t for t in tokens if t < size and t not in skip], dtype=np.int64)
             start, run = counted._row[state], constraint._run
             scan = counted._scan(start, run, ids, vocab.all_token_bytes)
-            ok, exits, gain, seen, at_boundary = counted._full_walk(start, run, ids, vocab.all_token_bytes)
+            ok, exits, gain, seen, at_boundary = full_walk(counted, start, run, ids, vocab.all_token_bytes)
             assert np.array_equal(scan.ok, ok)
             for fast, full in (
                 (scan.exits, exits),
