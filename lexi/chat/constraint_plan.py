@@ -16,11 +16,18 @@ from dataclasses import replace
 from lexi.chat.reasoning import DELIMITERS
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import ToolSet
-from lexi.structured.call_regex import NEWLINE, OPEN, call_after_opener
-from lexi.structured.plan import ConstraintError, ConstraintPlan, FreeText, Guided, ThoughtBudget
-from lexi.structured.regex_cost import REPEAT_STATES
+from lexi.structured.call_regex import NEWLINE, OPEN
+from lexi.structured.plan import (
+    ConstraintError,
+    ConstraintPlan,
+    FreeText,
+    Guided,
+    JsonValue,
+    ThoughtBudget,
+    ToolCallBody,
+)
+from lexi.structured.plan_regex import satisfiable
 from lexi.structured.regex_text import literal
-from lexi.structured.schema_regex import SchemaRegex
 
 
 def plan_output(
@@ -28,26 +35,25 @@ def plan_output(
     form: str,
     response_format: ResponseFormat | None,
     opened: tuple[str, str] | None,
-    budget: int = REPEAT_STATES,
 ) -> ConstraintPlan | None:
-    """The plan for one turn, or None when the output is free; `budget`: the DFA states counted repeats may add
-    (`regex_cost.repeat_budget` of the model's vocabulary)."""
+    """The plan for one turn, or None when the output is free (its JSON values and calls are written out for the
+    model's vocabulary when it is compiled)."""
 
     def thought(may_end: bool) -> tuple[FreeText, ...]:
         return (FreeText(opened[1], enter=True, may_end=may_end),) if opened else ()
 
     if response_format is not None and response_format.kind != "text":
         schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
-        regex = SchemaRegex(schema, budget).regex()
-        if regex is None:
+        answer = JsonValue(schema)
+        if not satisfiable(answer):
             raise ConstraintError("the schema accepts no value, so no output could satisfy it", response_format.param)
-        return ConstraintPlan((*thought(False), Guided(regex)))
+        return ConstraintPlan((*thought(False), Guided(answer)))
     if tools is None:
         return None
     if tools.choice.mode == "none":
         return ConstraintPlan((FreeText(OPEN, enter=False),))
-    body = call_after_opener(tools.callable, form, budget)
-    if body is None:
+    body = ToolCallBody(tools.callable, form)
+    if not satisfiable(body):
         raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
     # One large regex (a call's body) serves every call of the turn; the opener is a tiny one. Without a
     # call limit a finished call loops back; with one, the phases are written out that many times.

@@ -22,7 +22,6 @@ from lexi.chat.template import ChatTemplate, TemplateRenderError
 from lexi.chat.tool_prompt import text_of, with_tools
 from lexi.chat.tools import ToolSet
 from lexi.structured.plan import ConstraintError, ConstraintPlan
-from lexi.structured.regex_cost import repeat_budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +111,13 @@ def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, sp
         param = c.guided.param
         raise ConstraintError(f"{param} constrains the answer while tools may be called; send one of them", param)
     prompt = build_chat_prompt(template, tokenizer, c)
-    budget = repeat_budget(tokenizer.vocab_size)  # counted repeats' DFA states: compile time grows with the vocab
     if prompt.harmony:
         regex = c.guided.regex if c.guided is not None else None
-        plan = harmony_plan(c.tools, c.response_format, regex, prompt.opened_message, budget)
+        plan = harmony_plan(c.tools, c.response_format, regex, prompt.opened_message)
     elif c.guided is not None:
         plan = guided_plan(c.guided, prompt.opened)
     else:
-        plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened, budget)
+        plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
     if c.thinking_budget is not None:
         pairs = (THOUGHT_PAIR,) if prompt.harmony else None
         plan = with_thought_budget(plan, c.thinking_budget, prompt.opened, pairs)

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from lexi.structured.counted_marks import countable, entry_mark, exit_mark
-from lexi.structured.regex_cost import REPEAT_STATES
 from lexi.structured.regex_text import alt, literal, repeat
 from lexi.structured.schema_refs import says_string
 from lexi.structured.schema_regex import COLON, COMMA, WS, SchemaRegex
@@ -34,14 +33,14 @@ class Tool(Protocol):
     def parameters(self) -> Any: ...  # the JSON Schema of its arguments
 
 
-def call_after_opener(tools: Sequence[Tool], form: str, budget: int = REPEAT_STATES) -> str | None:
+def call_after_opener(tools: Sequence[Tool], form: str, budget: int) -> str | None:
     """What follows `<tool_call>` in a block calling any of `tools`, through `</tool_call>` (None: no tool fits);
     `budget`: as `SchemaRegex`'s."""
     body = alt((function_call(t, budget) if form == "function" else json_call(t, budget)) for t in tools)
     return None if body is None else NEWLINE + body + NEWLINE + literal(CLOSE)
 
 
-def json_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
+def json_call(tool: Tool, budget: int) -> str | None:
     arguments = SchemaRegex(tool.parameters, budget).regex()
     if arguments is None:
         return None
@@ -52,7 +51,7 @@ def json_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
     )  # fmt: skip
 
 
-def function_call(tool: Tool, budget: int = REPEAT_STATES) -> str | None:
+def function_call(tool: Tool, budget: int) -> str | None:
     schema = tool.parameters if isinstance(tool.parameters, dict) else {}
     translator = SchemaRegex(schema, budget)
     properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}

@@ -22,8 +22,10 @@ from outlines_core import Index
 from lexi.structured.closing_items import ItemClosing
 from lexi.structured.closing_table import ClosingTable
 from lexi.structured.compiled_index import CompiledIndex
+from lexi.structured.counted_examples import counted_examples
 from lexi.structured.counted_strings import CountedStrings, has_counted
 from lexi.structured.plan import ConstraintError, ConstraintPlan
+from lexi.structured.plan_regex import written
 from lexi.structured.turn import TurnConstraint
 from lexi.structured.vocabulary import ConstraintVocabulary
 
@@ -55,6 +57,7 @@ class ConstraintCompiler:
     async def constraint(self, plan: ConstraintPlan, budget: int | None = None) -> TurnConstraint:
         """A fresh per-request constraint that closes within `budget` tokens (max_tokens) where it can;
         ConstraintError when a regex cannot be compiled in time or at all."""
+        plan = written(plan, self.vocab.repeat_budget)
         indexes = {regex: await self.index(regex) for regex in dict.fromkeys(plan.regexes)}
         return TurnConstraint(plan, indexes, self.vocab, budget)
 
@@ -73,15 +76,15 @@ class ConstraintCompiler:
 
     def prewarm(self, plan: ConstraintPlan) -> None:
         """Start compiling a plan's regexes now, without waiting (the server warms json_object at load)."""
-        for regex in plan.regexes:
+        for regex in written(plan, self.vocab.repeat_budget).regexes:
             self._cached_or_submit(regex)
 
-    def prewarm_counted(self, regexes: list[str]) -> None:
-        """Walk the vocabulary through the counted strings of `regexes` now, without waiting (the server does it at
-        load): later schemas' counted strings of the same kinds then compile without those walks."""
+    def prewarm_counted(self) -> None:
+        """Walk the vocabulary through a counted string of each kind now (`counted_examples`), without waiting (the
+        server does it at load): later schemas' counted strings of the same kinds then compile without those walks."""
 
         def keep() -> None:
-            for regex in regexes:
+            for regex in counted_examples(self.vocab.repeat_budget):
                 CountedStrings(regex).keep_plain_walks(self.vocab.all_token_bytes)
 
         self._executor.submit(keep)

@@ -15,7 +15,7 @@ import re
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
-from lexi.structured.regex_cost import bounded_repeat
+from lexi.structured.regex_cost import REPEAT_STATES, bounded_repeat
 from lexi.structured.regex_text import (
     ALL,
     Charset,
@@ -95,7 +95,7 @@ def _node(op, arg, q: bool) -> str | None:
         high = None if high is sre.MAXREPEAT else high
         if inner is None:
             return "" if low == 0 else None
-        return bounded_repeat(inner, low, high)
+        return bounded_repeat(inner, low, high, REPEAT_STATES)  # a pattern is never counted: cutting would widen it
     if op is sre.SUBPATTERN:
         _group, add_flags, _del_flags, sub = arg
         if add_flags:

@@ -69,9 +69,7 @@ def copy_states(part: str) -> int:
     return max(dfa_states(repeat(part, 2, 2)) - dfa_states(part), 1)
 
 
-def bounded_repeat(
-    part: str, low: int, high: int | None, budget: int = REPEAT_STATES, always: int | None = None
-) -> str:
+def bounded_repeat(part: str, low: int, high: int | None, budget: int, always: int | None = None) -> str:
     """`part` low..high times, written out while the counted copies cost at most `budget` DFA states (or the
     count is within `always`, what was written out before the budget: 16 copies of JSON text, 64 of an
     unescaped pattern atom);
@@ -81,7 +79,7 @@ def bounded_repeat(
     return repeat(part, min(low, max(budget // copy_states(part), _always(part, budget, always))), None)
 
 
-def writes_out(part: str, low: int, high: int | None, budget: int = REPEAT_STATES, always: int | None = None) -> bool:
+def writes_out(part: str, low: int, high: int | None, budget: int, always: int | None = None) -> bool:
     """Whether `part` low..high times fits the DFA budget (`bounded_repeat` writes it out exactly)."""
     count = low if high is None else high
     return count <= _always(part, budget, always) or count * copy_states(part) <= budget

@@ -50,9 +50,11 @@ OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternPro
 class SchemaRegex:
     """Translates one root schema (its $refs resolve against the root)."""
 
-    def __init__(self, root: Mapping[str, Any] | bool, budget: int = REPEAT_STATES) -> None:
+    def __init__(self, root: Mapping[str, Any] | bool, budget: int) -> None:
         self.root = root
-        self.budget = budget  # DFA states a string's counted characters may add before they are counted beside it
+        # DFA states a string's counted characters may add before they are counted beside it: the vocabulary's repeat
+        # budget (ConstraintVocabulary.repeat_budget; regex_cost.REPEAT_STATES up to SmolLM2's 49,152 tokens)
+        self.budget = budget
         # Array items keep the full budget: counted arrays (of counted strings above all) cost more a token to mask
         # (Gemma, `json_schema person`'s 4 languages counted: mask p99 3.4 -> 20 ms) than a cut budget saves.
         self.items_budget = max(budget, REPEAT_STATES)
@@ -220,7 +222,7 @@ def tuple_regex(
     elements: list[str | None],
     rest: str | None,
     schema: Mapping[str, Any],
-    budget: int = REPEAT_STATES,
+    budget: int,
     marked: bool = False,
 ) -> str | None:
     """A tuple (draft-07 `items` as an array, or `prefixItems`): element i is `elements[i]`, any after them
@@ -302,10 +304,6 @@ def _may_be_array(schema: Any, root: Any, depth: int = 0) -> bool:
     kind = schema.get("type")
     kinds = [kind] if isinstance(kind, str) else kind
     return not isinstance(kinds, list) or "array" in kinds
-
-
-def schema_regex(schema: Mapping[str, Any] | bool) -> str | None:
-    return SchemaRegex(schema).regex()
 
 
 def _members(pairs: list[tuple[str, bool]], extra: str | None) -> str:

@@ -346,7 +346,7 @@ class TurnConstraint:
                 need = self._vocab.marker_cost(phase.marker.encode())[0] + after[i + 1] if phase.enter else 0
                 after[i] = 0 if phase.may_end else min(need, UNREACHABLE)
                 continue
-            compiled = self._indexes[phase.regex]
+            compiled = self._indexes[phase.pattern]
             need = min(compiled.distance(compiled.index.get_initial_state()) + after[i + 1], UNREACHABLE)
             after[i] = min(1, need) if phase.may_end_first else need
         return after
@@ -377,7 +377,7 @@ class TurnConstraint:
         self._phase, self._tail, self._started, self._guide, self._compiled = index, b"", False, None, None
         self._run, self._guide_steps, self._items = None, 0, ()
         if index < len(self._plan.phases) and isinstance(self._current, Guided):
-            self._compiled = self._indexes[self._current.regex]
+            self._compiled = self._indexes[self._current.pattern]
             self._guide = Guide(self._compiled.index, max_rollback=MAX_ROLLBACK)
 
     def _held(self, marker: bytes) -> int:

@@ -7,7 +7,8 @@ to the regex "hole" (a NUL byte, see `schema_regex`): the guide reports it allow
 nested past the depth limit may open, and the constraint then offers the container openers instead.
 The per-request constraint also watches free text for a marker (`<tool_call>`, `</think>`); `banned`
 lists the tokens that would complete a marker in a way the constraint cannot follow, computed once
-per marker state and kept for the model's lifetime.
+per marker state and kept for the model's lifetime. The vocabulary's size also sets how many DFA states the
+counted repeats of a translated schema may add (`repeat_budget`): every state costs a pass over the vocabulary.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from outlines_core import Vocabulary
 
 from lexi.structured.closing_table import fewest_tokens
 from lexi.structured.counted_plain_walk import TokenBytes
+from lexi.structured.regex_cost import repeat_budget
 
 _SPACE = b" \t\r\n"
 
@@ -28,6 +30,7 @@ class ConstraintVocabulary:
 
     def __init__(self, tokenizer) -> None:
         self.size = tokenizer.vocab_size
+        self.repeat_budget = repeat_budget(self.size)  # DFA states a translation's counted repeats may add
         self.eos_id = tokenizer.eos_id
         self.eog_ids = tuple(sorted({*tokenizer.eog_ids, tokenizer.eos_id}))
         self.token_bytes = [tokenizer.token_bytes(i) for i in range(self.size)]

@@ -6,12 +6,12 @@ import asyncio
 import time
 
 import pytest
+from test_schema_regex import schema_regex
 
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.response_format import ResponseFormat
 from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
 from lexi.structured.plan import ConstraintError
-from lexi.structured.schema_regex import schema_regex
 
 
 def test_cached_compiles_are_reused_and_fast(vocab):

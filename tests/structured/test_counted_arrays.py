@@ -25,7 +25,7 @@ from lexi.chat.tools import Tool, ToolChoice, ToolSet
 from lexi.structured.closing_table import fewest_tokens
 from lexi.structured.counted_marks import ARRAY, ARRAY_END, ITEM
 from lexi.structured.counted_strings import has_counted
-from lexi.structured.regex_cost import dfa_states
+from lexi.structured.regex_cost import REPEAT_STATES, dfa_states
 from lexi.structured.schema_regex import SchemaRegex
 
 DIGIT = {"type": "integer", "minimum": 0, "maximum": 9}
@@ -63,24 +63,24 @@ def more_walk(constraint, vocab, size: int, budget: int, seed: int) -> tuple[lis
 
 def test_item_counts_past_the_budget_are_counted_not_widened():
     for schema in (holder(FLAG, 0, 40), holder(DIGIT, 60, 256), holder(FLAG, 30, None)):
-        regex = SchemaRegex(schema).regex()
+        regex = SchemaRegex(schema, REPEAT_STATES).regex()
         assert has_counted(regex) and all(f"\\u{mark:04X}" in regex for mark in (ARRAY, ITEM, ARRAY_END))
     # one copy of the item, whatever the bounds: a fraction of the 40 copies it would take written out
-    assert dfa_states(SchemaRegex(holder(FLAG, 1, 40)).regex()) == dfa_states(
-        SchemaRegex(holder(FLAG, 7, 4000)).regex()
+    assert dfa_states(SchemaRegex(holder(FLAG, 1, 40), REPEAT_STATES).regex()) == dfa_states(
+        SchemaRegex(holder(FLAG, 7, 4000), REPEAT_STATES).regex()
     )
-    assert dfa_states(SchemaRegex(holder(FLAG, 0, 40)).regex()) * 5 < dfa_states(
+    assert dfa_states(SchemaRegex(holder(FLAG, 0, 40), REPEAT_STATES).regex()) * 5 < dfa_states(
         SchemaRegex(holder(FLAG, 0, 40), 10**6).regex()
     )
-    assert not has_counted(SchemaRegex(holder(FLAG, 0, 8)).regex())  # written out
+    assert not has_counted(SchemaRegex(holder(FLAG, 0, 8), REPEAT_STATES).regex())  # written out
     # a tuple's further items, in both spellings: counted past the budget, written out within it
     for tuple_ in (
         {"type": "array", "prefixItems": [DIGIT], "items": FLAG, "minItems": 20, "maxItems": 40},
         {"type": "array", "items": [DIGIT], "additionalItems": FLAG, "maxItems": 40},
     ):
-        assert has_counted(SchemaRegex(tuple_).regex())
-        assert not has_counted(SchemaRegex(tuple_ | {"minItems": 0, "maxItems": 3}).regex())
-    assert not has_counted(SchemaRegex(holder(FLAG, 0, None)).regex())  # nothing to count
+        assert has_counted(SchemaRegex(tuple_, REPEAT_STATES).regex())
+        assert not has_counted(SchemaRegex(tuple_ | {"minItems": 0, "maxItems": 3}, REPEAT_STATES).regex())
+    assert not has_counted(SchemaRegex(holder(FLAG, 0, None), REPEAT_STATES).regex())  # nothing to count
 
 
 ANSWERS = [
@@ -215,10 +215,10 @@ def test_arrays_of_anyof_branches_that_share_their_bracket_are_counted():
         {"type": "array", "prefixItems": [{"type": "string"}], "items": False},
         {"type": "array", "maxItems": 0},
     ):
-        regex = SchemaRegex({"anyOf": [ints, other]}).regex()
+        regex = SchemaRegex({"anyOf": [ints, other]}, REPEAT_STATES).regex()
         assert regex.count(f"\\u{ARRAY:04X}") == regex.count(f"\\u{ARRAY_END:04X}") >= 2, other  # every `[` marked
-    assert has_counted(SchemaRegex({"anyOf": [ints, {"type": "null"}, {"type": "string"}]}).regex())
-    assert has_counted(SchemaRegex({"type": ["array", "null"], "items": FLAG, "maxItems": 40}).regex())
+    assert has_counted(SchemaRegex({"anyOf": [ints, {"type": "null"}, {"type": "string"}]}, REPEAT_STATES).regex())
+    assert has_counted(SchemaRegex({"type": ["array", "null"], "items": FLAG, "maxItems": 40}, REPEAT_STATES).regex())
 
 
 TWO_ARRAYS = {
@@ -285,7 +285,7 @@ def test_thirty_items_close_in_a_budget_that_fits_the_shortest_output(compiler, 
     model at temperature 1) writes thirty items or more and closes, because near the end only tokens on a shortest
     closing path are allowed. The distance at the start is an output's length, not an estimate: a walk reaches it."""
     schema = holder(items, 30, None)
-    assert has_counted(SchemaRegex(schema).regex())  # counted, not written out
+    assert has_counted(SchemaRegex(schema, REPEAT_STATES).regex())  # counted, not written out
     plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
     size = smollm2_tokenizer.vocab_size
     budget = asyncio.run(compiler.constraint(plan)).closing_distance()

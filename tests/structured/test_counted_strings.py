@@ -24,6 +24,7 @@ from lexi.structured.counted_examples import counted_examples
 from lexi.structured.counted_full_walk import full_walk
 from lexi.structured.counted_marks import BOUNDARY, ENTRY, EXIT
 from lexi.structured.counted_strings import CountedStrings, has_counted
+from lexi.structured.regex_cost import REPEAT_STATES
 from lexi.structured.schema_regex import SchemaRegex
 
 
@@ -50,10 +51,10 @@ def counted_states(constraint, vocab, size: int, rnd, steps: int = 120):
 
 
 def test_long_bounds_are_counted_not_widened():
-    regex = SchemaRegex({"type": "string", "maxLength": 40}).regex()
+    regex = SchemaRegex({"type": "string", "maxLength": 40}, REPEAT_STATES).regex()
     assert has_counted(regex)
-    assert not has_counted(SchemaRegex({"type": "string", "maxLength": 8}).regex())  # written out
-    assert not has_counted(SchemaRegex({"type": "string"}).regex())
+    assert not has_counted(SchemaRegex({"type": "string", "maxLength": 8}, REPEAT_STATES).regex())  # written out
+    assert not has_counted(SchemaRegex({"type": "string"}, REPEAT_STATES).regex())
 
 
 @pytest.mark.parametrize("form", ["json", "function"])
@@ -170,7 +171,7 @@ def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokeniz
 def test_walks_kept_at_load_serve_every_later_schema(compiler, vocab):
     """What a server walks at load (`counted_examples`) is what every later counted string needs: compiling other
     schemas, in both forms, with other names and bounds, walks the vocabulary for no new shape."""
-    for regex in counted_examples():
+    for regex in counted_examples(vocab.repeat_budget):
         CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
     kept = set(vocab.all_token_bytes.plain)
     memo = {"type": "object", "properties": {"memo": {"type": "string", "minLength": 5, "maxLength": 300},

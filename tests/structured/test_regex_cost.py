@@ -9,15 +9,17 @@ import json
 import jsonschema
 import pytest
 from outlines_core import Index
+from test_schema_regex import schema_regex
 from test_turn_budget import budget_walk
 
 from lexi.chat.constraint_plan import plan_output
 from lexi.chat.response_format import ResponseFormat
 from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
 from lexi.structured.counted_strings import has_counted
+from lexi.structured.plan_regex import written
 from lexi.structured.regex_cost import REPEAT_STATES, bounded_repeat, copy_states, dfa_states, repeat_budget
 from lexi.structured.regex_text import repeat
-from lexi.structured.schema_regex import SchemaRegex, schema_regex
+from lexi.structured.schema_regex import SchemaRegex
 from lexi.structured.vocabulary import ConstraintVocabulary
 
 
@@ -59,9 +61,9 @@ def test_bounded_repeat_widens_past_the_budget_only():
     char = "(?:[a-z]|\\u005C[nt])"  # a copy: the character, and the state after a backslash
     assert copy_states(char) == 2
     fits = REPEAT_STATES // 2
-    assert bounded_repeat(char, 0, fits) == repeat(char, 0, fits)
-    assert bounded_repeat(char, 0, fits + 1) == repeat(char, 0, None)
-    assert bounded_repeat(char, fits + 5, None) == repeat(char, fits, None)  # at least as many as fit
+    assert bounded_repeat(char, 0, fits, REPEAT_STATES) == repeat(char, 0, fits)
+    assert bounded_repeat(char, 0, fits + 1, REPEAT_STATES) == repeat(char, 0, None)
+    assert bounded_repeat(char, fits + 5, None, REPEAT_STATES) == repeat(char, fits, None)  # at least as many as fit
     assert bounded_repeat(char, 0, 40, budget=10, always=40) == repeat(char, 0, 40)
 
 
@@ -104,16 +106,16 @@ def test_at_a_cut_budget_short_strings_are_counted_not_written_out_nor_widened()
     patterns (never counted) and array items (cheaper to mask written out) keep the full budget."""
     gemma = repeat_budget(262_144)
     schema = one_value({"type": "string", "maxLength": 16})
-    written, counted = SchemaRegex(schema).regex(), SchemaRegex(schema, gemma).regex()
+    written, counted = SchemaRegex(schema, REPEAT_STATES).regex(), SchemaRegex(schema, gemma).regex()
     assert not has_counted(written) and has_counted(counted)
     assert (dfa_states(written), dfa_states(counted)) == (221, 34)
     short = one_value({"type": "string", "maxLength": 3})  # 3 x 13 states fit 42: written out either way
     numbers = one_value({"type": "array", "items": {"type": "integer"}, "maxItems": 20})  # 192 states, written out
     pattern = one_value({"type": "string", "pattern": "^[a-z]{2,40}$"})
     for same in (short, numbers, pattern):
-        regex = SchemaRegex(same).regex()
+        regex = SchemaRegex(same, REPEAT_STATES).regex()
         assert SchemaRegex(same, gemma).regex() == regex and not has_counted(regex), same
-    assert dfa_states(SchemaRegex(numbers).regex()) == 192
+    assert dfa_states(SchemaRegex(numbers, REPEAT_STATES).regex()) == 192
 
 
 BOUNDED = {
@@ -133,8 +135,9 @@ def test_short_bounds_counted_at_gemmas_budget_hold_over_its_vocabulary(gemma3_t
     vocab = ConstraintVocabulary(gemma3_tokenizer)
     compiler = ConstraintCompiler(vocab, CompilerConfig(timeout=600))
     try:
-        plan = plan_output(None, "json", ResponseFormat("json_schema", BOUNDED, "x"), None, repeat_budget(vocab.size))
-        assert has_counted(plan.phases[-1].regex)
+        assert vocab.repeat_budget == repeat_budget(vocab.size) < REPEAT_STATES  # the vocabulary owns its budget
+        plan = plan_output(None, "json", ResponseFormat("json_schema", BOUNDED, "x"), None)
+        assert has_counted(written(plan, vocab.repeat_budget).phases[-1].pattern)
         for seed in range(4):
             constraint = asyncio.run(compiler.constraint(plan, 60))
             ids, ended = budget_walk(constraint, vocab, gemma3_tokenizer.vocab_size, 60, seed)

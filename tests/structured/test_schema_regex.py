@@ -21,7 +21,7 @@ from hypothesis_jsonschema import from_schema
 from lexi.structured.number_regex import int_range
 from lexi.structured.regex_cost import REPEAT_STATES, copy_states
 from lexi.structured.schema_refs import resolve_ref
-from lexi.structured.schema_regex import COMMA, HOLE, SchemaRegex, _merge, schema_regex
+from lexi.structured.schema_regex import COMMA, HOLE, SchemaRegex, _merge
 
 SCHEMAS: dict[str, Any] = {
     "strings": {
@@ -167,6 +167,11 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
+def schema_regex(schema: Any) -> str | None:
+    """The regex of `schema` at the full repeat budget (a vocabulary of at most 49,152 tokens: SmolLM2's)."""
+    return SchemaRegex(schema, REPEAT_STATES).regex()
+
+
 def with_narrowing(schema: Any) -> Any:
     """The schema as the regex reads it: listed properties and nothing said about others -> closed."""
     if isinstance(schema, list):
@@ -226,7 +231,7 @@ def ordered(value: Any, schema: Any, root: Any) -> Any:
 
 def dumps(value: Any, schema: Any, separators=(",", ":")) -> str:
     """JSON as the constraint lets a model write it: a string-rooted answer writes a quote as \\u0022."""
-    if not SchemaRegex(schema).quote_as_unicode:
+    if not SchemaRegex(schema, REPEAT_STATES).quote_as_unicode:
         return json.dumps(value, ensure_ascii=False, separators=separators)
     comma, colon = separators
 
@@ -353,7 +358,10 @@ def test_tuple_items_count_min_and_max_items():
 def test_a_string_rooted_answer_writes_quotes_as_unicode_escapes():
     """The same values, without the raw quote bytes that make bounded strings compile in exponential time."""
     root = {"type": "string", "maxLength": 3}
-    assert SchemaRegex(root).quote_as_unicode and not SchemaRegex({"type": "object"}).quote_as_unicode
+    assert (
+        SchemaRegex(root, REPEAT_STATES).quote_as_unicode
+        and not SchemaRegex({"type": "object"}, REPEAT_STATES).quote_as_unicode
+    )
     pattern = matcher(schema_regex(root))
     assert pattern.fullmatch('"a\\u0022b"') and not pattern.fullmatch('"a\\"b"')
     assert pattern.fullmatch(dumps('a"b', root)) and not pattern.fullmatch('"abcd"')
@@ -416,11 +424,15 @@ def test_a_bound_is_written_out_unless_its_copies_cost_more_than_the_budget(kind
     """The rule: a counted repeat is exact while `bound` copies cost at most REPEAT_STATES DFA states (or
     within what was always written out); past that the regex accepts one more than the bound (widened)."""
     if kind == "string":
-        schema, part, always = {"type": "string", "maxLength": bound}, SchemaRegex({"type": "string"}).char, 16
+        schema, part, always = (
+            {"type": "string", "maxLength": bound},
+            SchemaRegex({"type": "string"}, REPEAT_STATES).char,
+            16,
+        )
         over = json.dumps("x" * (bound + 1))
     elif kind == "array":
         schema, always = {"type": "array", "items": {"type": "integer"}, "maxItems": bound}, 16
-        part = SchemaRegex(schema).value({"type": "integer"}, 1)
+        part = SchemaRegex(schema, REPEAT_STATES).value({"type": "integer"}, 1)
         part, over = COMMA + part, json.dumps([1] * (bound + 1))
         bound -= 1  # the first item is written before the counted copies
     else:
@@ -433,6 +445,6 @@ def test_a_bound_is_written_out_unless_its_copies_cost_more_than_the_budget(kind
 def test_a_json_string_character_costs_thirteen_states():
     """Raw (with the continuation bytes of 2-, 3- and 4-byte UTF-8), short escapes and \\uXXXX: why 40
     characters (about 520 states) are past the budget and 16 are within it."""
-    assert copy_states(SchemaRegex({"type": "object"}).char) == 13
+    assert copy_states(SchemaRegex({"type": "object"}, REPEAT_STATES).char) == 13
     assert copy_states("[0-9]") == 1
     assert 16 * 13 <= REPEAT_STATES < 40 * 13

@@ -22,6 +22,7 @@ from lexi.chat.reasoning import DELIMITERS, ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
 from lexi.structured.closing_table import ClosingTable, fewest_tokens
+from lexi.structured.regex_cost import REPEAT_STATES
 from lexi.structured.schema_regex import SchemaRegex
 
 TWO_STRINGS = Tool(
@@ -143,7 +144,7 @@ def test_auto_does_not_open_a_call_it_cannot_finish(compiler, smollm2_tokenizer,
 
 def test_closing_distances_equal_a_breadth_first_search_over_every_token(compiler, smollm2_tokenizer, vocab):
     schema = {"type": "object", "properties": {"k": {"enum": ["a", "bbbbbbbb"]}, "n": {"type": "boolean"}}}
-    index = compiler.index_now(SchemaRegex(schema).regex()).index
+    index = compiler.index_now(SchemaRegex(schema, REPEAT_STATES).regex()).index
     table = ClosingTable(index, vocab.eos_id)
     transitions = index.get_transitions()
     final = set(index.get_final_states())

@@ -20,7 +20,6 @@ from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.sampling import choice_requests, finish_reason, merge_usage, sampling_params
 from lexi.http.sse import DONE, frame
 from lexi.structured.plan import ConstraintError
-from lexi.structured.regex_cost import repeat_budget
 
 
 class CompletionsRoute(GenerationRoute):
@@ -35,7 +34,7 @@ class CompletionsRoute(GenerationRoute):
         prompts = [self._prompt_ids(p) for p in req.prompts]
         prompt_logprobs = req.sampling.logprobs if req.echo and req.sampling.logprobs is not None else None
         try:
-            plan, param = req.plan(repeat_budget(state.runtime.tokenizer.vocab_size))
+            plan, param = req.plan()
         except ConstraintError as exc:  # a schema no value satisfies
             raise bad_request(str(exc), param=exc.param, code="invalid_constraint") from None
         requests = []
