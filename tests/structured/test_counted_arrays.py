@@ -190,7 +190,7 @@ def test_items_still_needed_count_in_the_closing_distance(compiler, smollm2_toke
     plan = plan_output(None, "json", ResponseFormat("json_schema", schema, "answer"), None)
     constraint = asyncio.run(compiler.constraint(plan, 400))
     before = constraint.closing_distance()
-    per_item = constraint._compiled.items.per_item
+    per_item = constraint._walk.compiled.items.per_item
     assert 2 <= per_item <= 6  # `,{"a":true}` in a few tokens, never in one
     shortest = fewest_tokens(b',{"a":true}', vocab.ids_of_bytes)  # one more item, written alone
     assert before >= 20 * (shortest - 1)  # the array is not open yet: its twenty items count already

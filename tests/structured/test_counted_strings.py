@@ -41,8 +41,8 @@ def counted_states(constraint, vocab, size: int, rnd, steps: int = 120):
     for _ in range(steps):
         if constraint.is_finished():
             return
-        compiled = constraint._compiled
-        if compiled is not None and compiled.counted is not None and not constraint._free_rest:
+        compiled = constraint._walk.compiled
+        if compiled is not None and compiled.counted is not None and not constraint._walk.free_rest:
             yield compiled
         token = int(rnd.choice(allowed_ids(constraint, row, size)))
         constraint.advance(token)
@@ -150,10 +150,10 @@ def test_the_plain_walk_gives_what_the_full_walk_gives(compiler, smollm2_tokeniz
         plan = plan_output(ToolSet((note_tool(low, high),), ToolChoice("required"), parallel=False), form, None, None)
         constraint = asyncio.run(compiler.constraint(plan))
         for compiled in counted_states(constraint, vocab, size, rnd):
-            counted, state = compiled.counted, constraint._guide.get_state()
+            counted, state = compiled.counted, constraint._walk.guide.get_state()
             tokens = compiled.index.get_allowed_tokens(state) or []
             ids = np.array([t for t in tokens if t < size and t not in skip], dtype=np.int64)
-            start, run = counted._row[state], constraint._run
+            start, run = counted._row[state], constraint._walk.run
             scan = counted._scan(start, run, ids, vocab.all_token_bytes)
             ok, exits, gain, seen, at_boundary = full_walk(counted, start, run, ids, vocab.all_token_bytes)
             assert np.array_equal(scan.ok, ok)
@@ -196,7 +196,7 @@ def test_a_fill_by_gain_order_is_the_token_by_token_set(compiler, smollm2_tokeni
     for _ in range(3):
         constraint = asyncio.run(compiler.constraint(plan))
         for compiled in counted_states(constraint, vocab, size, rnd):
-            scan, run = constraint._counted_scan(), constraint._run
+            scan, run = constraint._walk.counted_scan(), constraint._walk.run
             # no counted arrays here: every scan of many tokens has its order (a few are compared one by one)
             assert (scan.order is not None) == (int(scan.ok.sum()) >= 2048), int(scan.ok.sum())
             if scan.order is None:
