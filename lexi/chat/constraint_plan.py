@@ -16,8 +16,7 @@ from dataclasses import replace
 from lexi.chat.reasoning import DELIMITERS
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import ToolSet
-from lexi.structured.call_regex import NEWLINE, OPEN
-from lexi.structured.plan import (
+from lexi.structured import (
     ConstraintError,
     ConstraintPlan,
     FreeText,
@@ -26,6 +25,7 @@ from lexi.structured.plan import (
     ThoughtBudget,
     ToolCallBody,
 )
+from lexi.structured.call_regex import NEWLINE, OPEN
 from lexi.structured.plan_regex import satisfiable
 from lexi.structured.regex_text import literal
 

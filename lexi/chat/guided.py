@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lexi.structured.plan import ConstraintPlan, FreeText, Guided
+from lexi.structured import ConstraintPlan, FreeText, Guided
 from lexi.structured.regex_text import alt, literal
 
 # Longer ones are refused before they reach the compiler, which has one worker: a 5,000-character regex

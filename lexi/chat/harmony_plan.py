@@ -18,7 +18,7 @@ from collections.abc import Callable
 from lexi.chat.harmony import END
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import Tool, ToolSet
-from lexi.structured.plan import ConstraintError, ConstraintPlan, FreeText, Guided, JsonValue, OneOf
+from lexi.structured import ConstraintError, ConstraintPlan, FreeText, Guided, JsonValue, OneOf
 from lexi.structured.plan_regex import satisfiable
 from lexi.structured.regex_text import literal
 

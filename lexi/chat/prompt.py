@@ -21,7 +21,7 @@ from lexi.chat.response_format import ResponseFormat
 from lexi.chat.template import ChatTemplate, TemplateRenderError
 from lexi.chat.tool_prompt import text_of, with_tools
 from lexi.chat.tools import ToolSet
-from lexi.structured.plan import ConstraintError, ConstraintPlan
+from lexi.structured import ConstraintError, ConstraintPlan
 
 
 @dataclass(frozen=True, slots=True)

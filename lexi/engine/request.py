@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class TokenConstraint(Protocol):
-    """A per-sequence mask hook (lexi.structured.turn implements it). Called on the engine thread only.
+    """A per-sequence mask hook (lexi.structured.compile makes one). Called on the engine thread only.
 
     Plain data both ways, so the layer that implements it needs no torch.
     """

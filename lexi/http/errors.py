@@ -14,7 +14,7 @@ from typing import Any
 from lexi.chat.output import OutputError
 from lexi.chat.template import TemplateRenderError, ThinkingUnsupported
 from lexi.engine.errors import ContextOverflow, EngineBusy
-from lexi.structured.plan import ConstraintError
+from lexi.structured import ConstraintError
 
 _TYPES = {
     400: "invalid_request_error",

@@ -35,7 +35,7 @@ class Runtime:
 
     tokenizer: Any  # lexi.gguf.tokenizer.Tokenizer
     engine: Any  # lexi.engine.engine.Engine
-    constraints: Any  # lexi.structured.compiler.ConstraintCompiler: this vocabulary's compiled constraints
+    constraints: Any  # lexi.structured.ConstraintCompiler: this vocabulary's compiled constraints
 
 
 @dataclass(slots=True)
@@ -182,8 +182,7 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
             from lexi.gguf.tokenizer import Tokenizer
             from lexi.model.loader import load_model
             from lexi.model.memory import memory_report
-            from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
-            from lexi.structured.vocabulary import ConstraintVocabulary
+            from lexi.structured import CompilerConfig, ConstraintCompiler, ConstraintVocabulary
 
             started = time.monotonic()
             tokenizer = Tokenizer.from_gguf(gguf_file)

@@ -22,7 +22,7 @@ from lexi.http.parsing.fields import (
     stream_options,
 )
 from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided, parse_response_format
-from lexi.structured.plan import ConstraintPlan
+from lexi.structured import ConstraintPlan
 
 COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options", "response_format",
                      *COMPLETION_SAMPLING_FIELDS, *GUIDED_FIELDS, *NO_EFFECT)  # fmt: skip

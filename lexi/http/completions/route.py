@@ -19,7 +19,7 @@ from lexi.http.generation.logprobs import completion_logprobs
 from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.sampling import choice_requests, finish_reason, merge_usage, sampling_params
 from lexi.http.sse import DONE, frame
-from lexi.structured.plan import ConstraintError
+from lexi.structured import ConstraintError
 
 
 class CompletionsRoute(GenerationRoute):
