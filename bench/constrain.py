@@ -13,7 +13,7 @@ pace of other streams while a cold compile runs. Both bundled vocabularies (49,1
 - pace: median time between tokens of one free stream, alone and while a cold compile of the
   largest schema runs on the compiler's worker thread.
 - bounds: DFA states and cold compile p50 (a fresh `Index` each time) of one bounded value in an object,
-  as the server translates it for the model's vocabulary (`regex_cost.repeat_budget`; past it, counted beside
+  as the server translates it for the model's vocabulary (`ConstraintVocabulary.repeat_budget`; past it, counted beside
   the automaton) and written out exactly; a written-out regex over 2e8 states x tokens (about 10 s a compile) is
   counted, not compiled (bench/constrain_bounds.py).
 
@@ -42,12 +42,7 @@ import torch  # noqa: E402
 from constrain_bounds import FLAG, bound_rows  # noqa: E402
 from run_info import commit  # noqa: E402
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
 from lexi.chat.constraint_plan import plan_output  # noqa: E402
-from lexi.chat.constraint_vocab import ConstraintVocabulary  # noqa: E402
-from lexi.chat.counted_examples import counted_examples  # noqa: E402
-from lexi.chat.counted_strings import CountedStrings  # noqa: E402
-from lexi.chat.regex_cost import repeat_budget  # noqa: E402
 from lexi.chat.response_format import ResponseFormat  # noqa: E402
 from lexi.chat.tools import Tool, ToolChoice, ToolSet  # noqa: E402
 from lexi.engine.bitmask import TokenBitmask  # noqa: E402
@@ -59,6 +54,11 @@ from lexi.gguf.bundled import resolve_model  # noqa: E402
 from lexi.gguf.reader import read_gguf  # noqa: E402
 from lexi.gguf.tokenizer import Tokenizer  # noqa: E402
 from lexi.model.loader import load_model  # noqa: E402
+from lexi.structured.compiler import CompilerConfig, ConstraintCompiler  # noqa: E402
+from lexi.structured.counted_examples import counted_examples  # noqa: E402
+from lexi.structured.counted_strings import CountedStrings  # noqa: E402
+from lexi.structured.plan_regex import written  # noqa: E402
+from lexi.structured.vocabulary import ConstraintVocabulary  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 WEATHER = {
@@ -128,7 +128,7 @@ LONG = {
 }
 
 
-# strings too long to write out in the DFA: counted beside it (lexi/chat/counted_strings.py)
+# strings too long to write out in the DFA: counted beside it (lexi/structured/counted_strings.py)
 NOTE = {
     "type": "object",
     "properties": {
@@ -139,7 +139,7 @@ NOTE = {
 }
 
 
-# arrays too long to write out in the DFA: their items counted beside it (lexi/chat/counted_items.py)
+# arrays too long to write out in the DFA: their items counted beside it (lexi/structured/counted_arrays.py)
 ITEMS = {
     "type": "object",
     "properties": {
@@ -150,22 +150,21 @@ ITEMS = {
 }
 
 
-def plans(vocab_size: int = 0) -> dict[str, object]:
-    """The plans whose costs are measured, translated with the repeat budget a server gives `vocab_size` tokens."""
-    budget = repeat_budget(vocab_size)
+def plans() -> dict[str, object]:
+    """The plans whose costs are measured (compiled for a vocabulary, with its repeat budget, as a server does)."""
 
     def fmt(schema):
-        return plan_output(None, "json", ResponseFormat("json_schema", schema, "x"), None, budget)
+        return plan_output(None, "json", ResponseFormat("json_schema", schema, "x"), None)
 
     tools = ToolSet((Tool("get_weather", None, WEATHER, False),), ToolChoice("required"), parallel=False)
     notes = ToolSet((Tool("note", None, NOTE, False),), ToolChoice("required"), parallel=False)
     return {
-        "tool call (weather, required)": plan_output(tools, "json", None, None, budget),
-        "tool call (note: counted 20..40 and 0..256 strings)": plan_output(notes, "json", None, None, budget),
-        "function-form call (note: counted strings)": plan_output(notes, "function", None, None, budget),
+        "tool call (weather, required)": plan_output(tools, "json", None, None),
+        "tool call (note: counted 20..40 and 0..256 strings)": plan_output(notes, "json", None, None),
+        "function-form call (note: counted strings)": plan_output(notes, "function", None, None),
         "json_schema person": fmt(PERSON),
         "json_schema counted items (20..40 objects, 0..256 digits)": fmt(ITEMS),
-        "json_object": plan_output(None, "json", ResponseFormat("json_object"), None, budget),
+        "json_object": plan_output(None, "json", ResponseFormat("json_object"), None),
         "json_schema large order form": fmt(LARGE),
     }
 
@@ -277,11 +276,11 @@ def vocabulary(name: str):
 def measure(name: str, masks_only: bool = False, only_plans: str = "") -> tuple[list[str], list[str], str | None]:
     f, tok, vocab = vocabulary(name)
     start = time.perf_counter()
-    for regex in counted_examples():  # what a server does at load (ConstraintCompiler.prewarm_counted)
+    for regex in counted_examples(vocab.repeat_budget):  # what a server does at load (prewarm_counted)
         CountedStrings(regex).keep_plain_walks(vocab.all_token_bytes)
     print(f"{name}: counted strings' insides walked in {time.perf_counter() - start:.2f} s (at load)", flush=True)
     rows = []
-    for label, plan in plans(vocab.size).items():
+    for label, plan in plans().items():
         if only_plans not in label:
             continue
         cold = ConstraintCompiler(vocab, CompilerConfig(timeout=120))  # cold compiles are the measure here
@@ -318,7 +317,7 @@ def measure(name: str, masks_only: bool = False, only_plans: str = "") -> tuple[
             constrained = decode_rate(engine, compiler, tok, streams, True)
             decode.append(f"| {name} | {streams} | {free:.1f} | {constrained:.1f} | {constrained / free:.2f} |")
             print(decode[-1], flush=True)
-        big = plans(vocab.size)["json_schema large order form"].regexes[-1]
+        big = written(plans()["json_schema large order form"], vocab.repeat_budget).regexes[-1]
         alone, during, compile_s = pace_during_compile(engine, ConstraintCompiler(vocab), tok, big)
         pace = f"| {name} | {alone * 1e3:.1f} | {during * 1e3:.1f} | {compile_s:.2f} |"
         print(pace, flush=True)

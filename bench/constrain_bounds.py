@@ -8,9 +8,9 @@ import time
 
 from outlines_core import Index
 
-from lexi.chat.constraint_vocab import ConstraintVocabulary
-from lexi.chat.regex_cost import dfa_states, repeat_budget
-from lexi.chat.schema_regex import SchemaRegex
+from lexi.structured.regex_cost import dfa_states
+from lexi.structured.schema_regex import SchemaRegex
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 FLAG = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
 
@@ -35,10 +35,10 @@ MAX_COMPILED = 200_000_000  # states x tokens (~10 s of compile) past which a re
 
 def bound_rows(name: str, vocab: ConstraintVocabulary, repeats: int = 3) -> list[str]:
     """| model | schema | regex | states | cold compile p50 ms | per state ms |, as translated (with the repeat budget
-    the server gives this vocabulary: `regex_cost.repeat_budget`) and written out."""
+    the server gives this vocabulary: `ConstraintVocabulary.repeat_budget`) and written out."""
     rows = []
     for label, schema in BOUNDS.items():
-        translated = SchemaRegex(schema, repeat_budget(vocab.size)).regex()
+        translated = SchemaRegex(schema, vocab.repeat_budget).regex()
         for mode, regex in (("as translated", translated), ("written out", SchemaRegex(schema, 10**9).regex())):
             if mode == "written out" and regex == translated:
                 continue

@@ -1,1 +1,1 @@
-"""Chat: templates, reasoning separation, tool calls and constraints."""
+"""Chat: templates, reasoning separation, the tool pipeline, and the constraint plans a turn asks for."""

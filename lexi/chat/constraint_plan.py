@@ -1,4 +1,4 @@
-"""What a chat turn's output must look like, as a sequence of phases: plain data, compiled elsewhere.
+"""What a chat turn's output must look like, as a sequence of phases: plain data, compiled by lexi/structured.
 
 - tool_choice "required" or a named function: valid call block(s) in the template's form, from the
   first token (or right after the thought, when the template opened one: reasoning stays free).
@@ -11,51 +11,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from lexi.chat.call_regex import NEWLINE, OPEN, call_after_opener
-from lexi.chat.regex_cost import REPEAT_STATES
-from lexi.chat.regex_text import literal
+from lexi.chat.reasoning import DELIMITERS
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
-from lexi.chat.thought_budget import ThoughtBudget
 from lexi.chat.tools import ToolSet
-
-
-class ConstraintError(ValueError):
-    """The requested output cannot be enforced (no value fits the schema, or it does not compile)."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True, slots=True)
-class FreeText:
-    """Unconstrained text, watched for `marker`."""
-
-    marker: str
-    enter: bool  # True: the marker ends this phase; False: the marker may not be written at all
-    may_end: bool = True  # the output may end during this phase
-
-
-@dataclass(frozen=True, slots=True)
-class Guided:
-    """Text matching `regex`, a phase that ends when nothing but the end of output could follow."""
-
-    regex: str
-    may_end_first: bool = False  # the output may also end instead of starting this phase
-
-
-@dataclass(frozen=True, slots=True)
-class ConstraintPlan:
-    phases: tuple[FreeText | Guided, ...]  # none: the output is free (a thought budget may still hold it)
-    loop_from: int | None = None  # after the last phase, start again here (another call); None: the end
-    thought: ThoughtBudget | None = None  # the thought closes within this many tokens
-
-    @property
-    def regexes(self) -> list[str]:
-        return [p.regex for p in self.phases if isinstance(p, Guided)]
+from lexi.structured import (
+    ConstraintError,
+    ConstraintPlan,
+    FreeText,
+    Guided,
+    JsonValue,
+    ThoughtBudget,
+    ToolCallBody,
+)
+from lexi.structured.call_regex import NEWLINE, OPEN
+from lexi.structured.plan_regex import satisfiable
+from lexi.structured.regex_text import literal
 
 
 def plan_output(
@@ -63,26 +35,25 @@ def plan_output(
     form: str,
     response_format: ResponseFormat | None,
     opened: tuple[str, str] | None,
-    budget: int = REPEAT_STATES,
 ) -> ConstraintPlan | None:
-    """The plan for one turn, or None when the output is free; `budget`: the DFA states counted repeats may add
-    (`regex_cost.repeat_budget` of the model's vocabulary)."""
+    """The plan for one turn, or None when the output is free (its JSON values and calls are written out for the
+    model's vocabulary when it is compiled)."""
 
     def thought(may_end: bool) -> tuple[FreeText, ...]:
         return (FreeText(opened[1], enter=True, may_end=may_end),) if opened else ()
 
     if response_format is not None and response_format.kind != "text":
         schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
-        regex = SchemaRegex(schema, budget).regex()
-        if regex is None:
+        answer = JsonValue(schema)
+        if not satisfiable(answer):
             raise ConstraintError("the schema accepts no value, so no output could satisfy it", response_format.param)
-        return ConstraintPlan((*thought(False), Guided(regex)))
+        return ConstraintPlan((*thought(False), Guided(answer)))
     if tools is None:
         return None
     if tools.choice.mode == "none":
         return ConstraintPlan((FreeText(OPEN, enter=False),))
-    body = call_after_opener(tools.callable, form, budget)
-    if body is None:
+    body = ToolCallBody(tools.callable, form)
+    if not satisfiable(body):
         raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
     # One large regex (a call's body) serves every call of the turn; the opener is a tiny one. Without a
     # call limit a finished call loops back; with one, the phases are written out that many times.
@@ -109,5 +80,5 @@ def with_thought_budget(
 ) -> ConstraintPlan:
     """`plan` (None: free output) with its thought held to `tokens` tokens; `pairs`: the (opener, closer) pairs a
     thought may open with (None: the `<think>` forms)."""
-    budget = ThoughtBudget(tokens, opened) if pairs is None else ThoughtBudget(tokens, opened, pairs)
+    budget = ThoughtBudget(tokens, opened, DELIMITERS if pairs is None else pairs)
     return ConstraintPlan((), thought=budget) if plan is None else replace(plan, thought=budget)

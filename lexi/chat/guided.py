@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lexi.chat.constraint_plan import ConstraintPlan, FreeText, Guided
-from lexi.chat.regex_text import alt, literal
+from lexi.structured import ConstraintPlan, FreeText, Guided
+from lexi.structured.regex_text import alt, literal
 
 # Longer ones are refused before they reach the compiler, which has one worker: a 5,000-character regex
 # takes it ~9 s on a busy 2-core machine (choices count as the regex they make, each a literal).

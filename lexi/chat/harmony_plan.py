@@ -13,13 +13,14 @@ The prompt ends with `<|start|>assistant`, so the output starts with a message h
 
 from __future__ import annotations
 
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, FreeText, Guided
+from collections.abc import Callable
+
 from lexi.chat.harmony import END
-from lexi.chat.regex_cost import REPEAT_STATES
-from lexi.chat.regex_text import alt, literal
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_regex import SchemaRegex
 from lexi.chat.tools import Tool, ToolSet
+from lexi.structured import ConstraintError, ConstraintPlan, FreeText, Guided, JsonValue, OneOf
+from lexi.structured.plan_regex import satisfiable
+from lexi.structured.regex_text import literal
 
 ANALYSIS = "<|channel|>analysis<|message|>"
 ADDRESS = " to=functions."
@@ -39,30 +40,24 @@ def harmony_plan(
     response_format: ResponseFormat | None,
     answer_regex: str | None,
     opened: str | None,
-    budget: int = REPEAT_STATES,
 ) -> ConstraintPlan | None:
     """The plan for one harmony turn, or None when the output is free. `answer_regex`: a client's regex (guided
-    output); `opened`: the header of a message the prompt left open (continue_final_message); `budget`: as
-    `plan_output`'s."""
-    answer = _answer(response_format, answer_regex, budget)
+    output); `opened`: the header of a message the prompt left open (continue_final_message)."""
+    answer = _answer(response_format, answer_regex)
     demanded = answer is not None or (tools is not None and tools.choice.mode != "none")
     if opened is not None and demanded:
         raise ConstraintError("continue_final_message cannot be combined with a constrained answer in a harmony turn")
     if answer is not None:
-        return ConstraintPlan((*_thought(), Guided(literal(FINAL_OPEN) + f"(?:{answer})")))
+        return ConstraintPlan((*_thought(), Guided((literal(FINAL_OPEN), "(?:", answer, ")"))))
     if tools is None:
         return None
     if tools.choice.mode == "none":
         return ConstraintPlan((FreeText(ADDRESS, enter=False),))
     if tools.forced:
         header = " <|constrain|>json<|message|>"
-        calls = alt(_arguments_after(t, literal(t.name + header), budget) for t in tools.callable)
-        if calls is None:
-            raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
-        return ConstraintPlan((*_thought(), Guided(literal(CALL_OPEN) + calls)))
-    calls = alt(_arguments_after(t, literal(t.name) + _HEADER_REST, budget) for t in tools.callable)
-    if calls is None:
-        raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
+        calls = _arguments_after(tools.callable, lambda t: literal(t.name + header))
+        return ConstraintPlan((*_thought(), Guided((literal(CALL_OPEN), calls))))
+    calls = _arguments_after(tools.callable, lambda t: literal(t.name) + _HEADER_REST)
     return ConstraintPlan((FreeText(ADDRESS, enter=True), Guided(calls)))
 
 
@@ -71,18 +66,21 @@ def _thought() -> tuple[Guided, FreeText]:
     return Guided(literal(ANALYSIS)), FreeText(END, enter=True, may_end=False)
 
 
-def _arguments_after(tool: Tool, header: str, budget: int) -> str | None:
-    arguments = SchemaRegex(tool.parameters, budget).regex()
-    return None if arguments is None else header + arguments
+def _arguments_after(tools: tuple[Tool, ...], header: Callable[[Tool], str]) -> OneOf:
+    """A call of any of `tools`: its header, then its JSON arguments (a tool whose schema accepts none is left out)."""
+    calls = OneOf(tuple((header(t), JsonValue(t.parameters)) for t in tools))
+    if not satisfiable(calls):
+        raise ConstraintError("no declared tool can be called: every tool's schema accepts no arguments", "tools")
+    return calls
 
 
-def _answer(response_format: ResponseFormat | None, answer_regex: str | None, budget: int) -> str | None:
+def _answer(response_format: ResponseFormat | None, answer_regex: str | None) -> str | JsonValue | None:
     if answer_regex is not None:
         return answer_regex
     if response_format is None or response_format.kind == "text":
         return None
     schema = {"type": "object"} if response_format.kind == "json_object" else response_format.schema
-    regex = SchemaRegex(schema, budget).regex()
-    if regex is None:
+    answer = JsonValue(schema)
+    if not satisfiable(answer):
         raise ConstraintError("the schema accepts no value, so no output could satisfy it", response_format.param)
-    return regex
+    return answer

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from lexi.chat.harmony import HarmonyCall, HarmonyParser
 from lexi.chat.reasoning import ReasoningSplitter
 from lexi.chat.response_format import ResponseFormat
-from lexi.chat.schema_refs import schema_validator, validation_error
+from lexi.chat.schema_check import schema_validator, validation_error
 from lexi.chat.tool_calls import ToolCall, ToolCallReader, json_valued
 from lexi.chat.tool_parser import OPEN, CallBlock, ToolCallParser
 from lexi.chat.tools import ToolSet

@@ -11,17 +11,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan, plan_output, with_thought_budget
+from lexi.chat.constraint_plan import plan_output, with_thought_budget
 from lexi.chat.guided import GuidedText, guided_plan
 from lexi.chat.harmony import MESSAGE, HarmonyParser, opened_message
 from lexi.chat.harmony_plan import THOUGHT_PAIR, harmony_plan
 from lexi.chat.output import ChatOutput
 from lexi.chat.reasoning import ReasoningSplitter, opened_in_prompt
-from lexi.chat.regex_cost import repeat_budget
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.template import ChatTemplate, TemplateRenderError
 from lexi.chat.tool_prompt import text_of, with_tools
 from lexi.chat.tools import ToolSet
+from lexi.structured import ConstraintError, ConstraintPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,14 +111,13 @@ def start_turn(template: ChatTemplate, tokenizer, conversation: Conversation, sp
         param = c.guided.param
         raise ConstraintError(f"{param} constrains the answer while tools may be called; send one of them", param)
     prompt = build_chat_prompt(template, tokenizer, c)
-    budget = repeat_budget(tokenizer.vocab_size)  # counted repeats' DFA states: compile time grows with the vocab
     if prompt.harmony:
         regex = c.guided.regex if c.guided is not None else None
-        plan = harmony_plan(c.tools, c.response_format, regex, prompt.opened_message, budget)
+        plan = harmony_plan(c.tools, c.response_format, regex, prompt.opened_message)
     elif c.guided is not None:
         plan = guided_plan(c.guided, prompt.opened)
     else:
-        plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened, budget)
+        plan = plan_output(c.tools, template.call_form, c.response_format, prompt.opened)
     if c.thinking_budget is not None:
         pairs = (THOUGHT_PAIR,) if prompt.harmony else None
         plan = with_thought_budget(plan, c.thinking_budget, prompt.opened, pairs)

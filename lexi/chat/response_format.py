@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lexi.chat.schema_refs import SchemaRefError, check_schema
+from lexi.chat.schema_check import check_schema
 from lexi.chat.tools import NAME, ToolSpecError, check_closed
+from lexi.structured.schema_refs import SchemaRefError
 
 DEFAULT_NAME = "response"
 

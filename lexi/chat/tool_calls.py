@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lexi.chat.call_end import PARAMETER_END, JsonValued, JsonWalk
-from lexi.chat.schema_refs import resolve_ref, schema_validator, validation_error
+from lexi.chat.schema_check import schema_validator, validation_error
 from lexi.chat.tools import Tool, ToolSet
+from lexi.structured.schema_refs import says_string
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
@@ -144,20 +145,3 @@ def _parameter_value(raw: str, tool: Tool | None, key: str) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
-
-
-def says_string(parameters: Any, key: str) -> bool:
-    """Whether the schema of property `key` says it is a string (following one local $ref)."""
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    schema = properties.get(key) if isinstance(properties, dict) else None
-    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
-        try:
-            schema = resolve_ref(parameters, schema["$ref"])
-        except ValueError:
-            return False
-    if not isinstance(schema, dict):
-        return False
-    if schema.get("type") == "string":
-        return True
-    choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
-    return "type" not in schema and bool(choices) and all(isinstance(c, str) for c in choices)

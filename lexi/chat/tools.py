@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lexi.chat.schema_refs import SchemaRefError, check_schema
+from lexi.chat.schema_check import check_schema
+from lexi.structured.schema_refs import SchemaRefError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CHOICE_MODES = ("none", "auto", "required")

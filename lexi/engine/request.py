@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class TokenConstraint(Protocol):
-    """A per-sequence mask hook (lexi.chat.constraint implements it). Called on the engine thread only.
+    """A per-sequence mask hook (lexi.structured.compile makes one). Called on the engine thread only.
 
     Plain data both ways, so the layer that implements it needs no torch.
     """
@@ -39,7 +39,7 @@ class TokenConstraint(Protocol):
 
     # Optional, for speculation (not part of the runtime check): `snapshot() -> object` and `restore(snapshot)`,
     # so the engine can walk the constraint along a draft to find each position's mask and come back
-    # (lexi.chat.constraint.TurnConstraint has them); a constraint without them takes no drafts.
+    # (lexi.structured.turn.TurnConstraint has them); a constraint without them takes no drafts.
 
 
 @dataclass(slots=True)

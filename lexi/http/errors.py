@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
-from lexi.chat.constraint_plan import ConstraintError
 from lexi.chat.output import OutputError
 from lexi.chat.template import TemplateRenderError, TemplateVariablesError, ThinkingUnsupported
 from lexi.engine.errors import ContextOverflow, EngineBusy
+from lexi.structured import ConstraintError
 
 _TYPES = {
     400: "invalid_request_error",

@@ -35,7 +35,7 @@ class Runtime:
 
     tokenizer: Any  # lexi.gguf.tokenizer.Tokenizer
     engine: Any  # lexi.engine.engine.Engine
-    constraints: Any  # lexi.chat.constraint_compiler.ConstraintCompiler: this vocabulary's compiled constraints
+    constraints: Any  # lexi.structured.ConstraintCompiler: this vocabulary's compiled constraints
 
 
 @dataclass(slots=True)
@@ -176,16 +176,13 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
 
     def work() -> None:
         try:
-            from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
             from lexi.chat.constraint_plan import plan_output
-            from lexi.chat.constraint_vocab import ConstraintVocabulary
-            from lexi.chat.counted_examples import counted_examples
-            from lexi.chat.regex_cost import repeat_budget
             from lexi.chat.response_format import ResponseFormat
             from lexi.engine.engine import Engine
             from lexi.gguf.tokenizer import Tokenizer
             from lexi.model.loader import load_model
             from lexi.model.memory import memory_report
+            from lexi.structured import CompilerConfig, ConstraintCompiler, ConstraintVocabulary
 
             started = time.monotonic()
             tokenizer = Tokenizer.from_gguf(gguf_file)
@@ -193,10 +190,9 @@ def load_in_background(state: ServerState, gguf_file, load_config, on_done: Call
                 ConstraintVocabulary(tokenizer), CompilerConfig(timeout=state.config.constraint_timeout)
             )
             # the one schema every client may send: compiled while the weights load (seconds on a 262k vocabulary)
-            budget = repeat_budget(tokenizer.vocab_size)
-            json_object = plan_output(None, "json", ResponseFormat("json_object"), None, budget)
+            json_object = plan_output(None, "json", ResponseFormat("json_object"), None)
             constraints.prewarm(json_object)
-            constraints.prewarm_counted(counted_examples())  # the insides of long strings, walked once for all schemas
+            constraints.prewarm_counted()  # the insides of long strings, walked once for all schemas
             # A tqdm bar over the tensors on a terminal (never with JSON logs); these lines everywhere else.
             size_mb = state.model_path.stat().st_size / 1e6
             log.info("loading %d tensors (%.0f MB) from %s", len(gguf_file.tensors), size_mb, state.model_path)

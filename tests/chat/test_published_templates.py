@@ -15,12 +15,12 @@ import random
 import numpy as np
 import pytest
 
-from lexi.chat.constraint_compiler import ConstraintCompiler
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.prompt import Conversation, start_turn
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.template import ChatTemplate, ChatTemplateError, ThinkingUnsupported
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
+from lexi.structured.compiler import ConstraintCompiler
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 WEATHER = Tool(
     "get_weather",

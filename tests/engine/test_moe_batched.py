@@ -115,10 +115,10 @@ def test_constrained_rows_beside_free_ones_keep_their_schema(tiny_moe):
     """Constraints over a MoE model: sampled JSON answers of a schema, batched with free rows, always validate."""
     import jsonschema
 
-    from lexi.chat.constraint_compiler import ConstraintCompiler
     from lexi.chat.constraint_plan import plan_output
-    from lexi.chat.constraint_vocab import ConstraintVocabulary
     from lexi.chat.response_format import ResponseFormat
+    from lexi.structured.compiler import ConstraintCompiler
+    from lexi.structured.vocabulary import ConstraintVocabulary
 
     model, tok = tiny_moe
     schema = {

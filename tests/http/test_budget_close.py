@@ -15,11 +15,11 @@ import jsonschema
 import pytest
 from test_constrained import function, per_seed
 
-from lexi.chat.constraint_compiler import CompilerConfig, ConstraintCompiler
 from lexi.chat.constraint_plan import plan_output
-from lexi.chat.constraint_vocab import ConstraintVocabulary
 from lexi.chat.response_format import ResponseFormat
 from lexi.chat.tools import Tool, ToolChoice, ToolSet
+from lexi.structured.compiler import CompilerConfig, ConstraintCompiler
+from lexi.structured.vocabulary import ConstraintVocabulary
 
 MESSAGE = {
     "type": "object",

@@ -170,7 +170,7 @@ def test_thinking_on_a_template_without_a_switch_is_501(server):
 
 def test_thinking_blocks_with_a_thinking_template(thinking_server):
     """The template opens <think>; SmolLM2 never closes it by itself, so budget_tokens does: the thought ends
-    within its budget (the closer forced) and the text block follows (tests/chat/test_thought_budget.py
+    within its budget (the closer forced) and the text block follows (tests/structured/test_thought_watch.py
     checks the count)."""
     c = claude_for(thinking_server)
     fields = dict(model="SmolLM2-135M-Instruct.Q4_1", max_tokens=12, messages=HI, extra_body=GREEDY)

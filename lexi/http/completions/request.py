@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lexi.chat.constraint_plan import ConstraintPlan, plan_output
+from lexi.chat.constraint_plan import plan_output
 from lexi.chat.guided import GuidedText, guided_plan
-from lexi.chat.regex_cost import REPEAT_STATES
 from lexi.chat.response_format import ResponseFormat
 from lexi.http.errors import bad_request
 from lexi.http.ops.config import SamplingDefaults
@@ -23,6 +22,7 @@ from lexi.http.parsing.fields import (
     stream_options,
 )
 from lexi.http.parsing.guided import GUIDED_FIELDS, parse_guided, parse_response_format
+from lexi.structured import ConstraintPlan
 
 COMPLETION_FIELDS = ("model", "prompt", "echo", "best_of", "suffix", "stream", "stream_options", "response_format",
                      *COMPLETION_SAMPLING_FIELDS, *GUIDED_FIELDS, *NO_EFFECT)  # fmt: skip
@@ -40,13 +40,12 @@ class CompletionRequest:
     response_format: ResponseFormat | None = None  # a JSON answer (response_format, or vLLM's JSON forms)
     guided: GuidedText | None = None  # an answer matching a regex (vLLM's structured_outputs regex / choice)
 
-    def plan(self, budget: int = REPEAT_STATES) -> tuple[ConstraintPlan | None, str]:
-        """What every choice's text must match (None: free), and the field that asked for it; `budget`: the DFA
-        states counted repeats may add (`regex_cost.repeat_budget` of the model's vocabulary)."""
+    def plan(self) -> tuple[ConstraintPlan | None, str]:
+        """What every choice's text must match (None: free), and the field that asked for it."""
         if self.guided is not None:
             return guided_plan(self.guided, None), self.guided.param
         if self.response_format is not None and self.response_format.is_json:
-            return plan_output(None, "json", self.response_format, None, budget), self.response_format.param
+            return plan_output(None, "json", self.response_format, None), self.response_format.param
         return None, ""
 
 

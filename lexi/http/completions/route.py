@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from lexi.chat.constraint_plan import ConstraintError
-from lexi.chat.regex_cost import repeat_budget
 from lexi.engine.request import CompletionDelta
 from lexi.http.completions.reply import CompletionChunks, completion_body
 from lexi.http.completions.request import CompletionRequest, parse_completion_request
@@ -21,6 +19,7 @@ from lexi.http.generation.logprobs import completion_logprobs
 from lexi.http.generation.route import GenerationRoute
 from lexi.http.generation.sampling import choice_requests, finish_reason, merge_usage, sampling_params
 from lexi.http.sse import DONE, frame
+from lexi.structured import ConstraintError
 
 
 class CompletionsRoute(GenerationRoute):
@@ -35,7 +34,7 @@ class CompletionsRoute(GenerationRoute):
         prompts = [self._prompt_ids(p) for p in req.prompts]
         prompt_logprobs = req.sampling.logprobs if req.echo and req.sampling.logprobs is not None else None
         try:
-            plan, param = req.plan(repeat_budget(state.runtime.tokenizer.vocab_size))
+            plan, param = req.plan()
         except ConstraintError as exc:  # a schema no value satisfies
             raise bad_request(str(exc), param=exc.param, code="invalid_constraint") from None
         requests = []

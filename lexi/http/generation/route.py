@@ -12,9 +12,8 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from lexi.chat.constraint import TurnConstraint
-from lexi.chat.constraint_plan import ConstraintError, ConstraintPlan
 from lexi.chat.prompt import ChatTurn
+from lexi.engine.request import TokenConstraint
 from lexi.engine.sampling import SamplingParams
 from lexi.http.errors import ApiError, bad_request, constraint_error, failed_mid_stream
 from lexi.http.exchange import Reply
@@ -24,6 +23,7 @@ from lexi.http.ops.drain import shutting_down
 from lexi.http.parsing.fields import MAX_CHOICES, SamplingRequest
 from lexi.http.route import Route
 from lexi.http.sse import HEADERS as SSE_HEADERS
+from lexi.structured import ConstraintError, ConstraintPlan, compile
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class GenerationRoute(Route):
         await self.stream.start(requests)
         return self.stream
 
-    async def compile_constraint(self, turn: ChatTurn, max_tokens: int) -> TurnConstraint | None:
+    async def compile_constraint(self, turn: ChatTurn, max_tokens: int) -> TokenConstraint | None:
         """The turn's output constraint, closing within `max_tokens`, compiled off the event loop (a 400 saying why
         when it cannot be)."""
         c = turn.conversation
@@ -108,13 +108,13 @@ class GenerationRoute(Route):
             param = "tools"
         return await self.compile_plan(turn.plan, param, max_tokens)
 
-    async def compile_plan(self, plan: ConstraintPlan | None, param: str, max_tokens: int) -> TurnConstraint | None:
+    async def compile_plan(self, plan: ConstraintPlan | None, param: str, max_tokens: int) -> TokenConstraint | None:
         """A plan's constraint, closing within `max_tokens`; one that cannot be compiled is a 400 naming `param`
         (unless the error names one)."""
         if plan is None:
             return None
         try:
-            return await self.state.runtime.constraints.constraint(plan, max_tokens)
+            return await compile(plan, self.state.runtime.constraints, max_tokens)
         except ConstraintError as exc:
             raise constraint_error(exc, param) from None
 

@@ -7,7 +7,7 @@ are Anthropic's custom tools (`name`, `description`, `input_schema`, `strict`); 
 `disable_parallel_tool_use` is `parallel_tool_calls: false`. `thinking` works the template's thinking
 switch as `reasoning_effort` does: `disabled` is effort `none`, `enabled` / `adaptive` turn the switch on
 (`enable_thinking: true`) and leave the effort variable at the server's default; `budget_tokens` holds the
-thought to that many tokens (the constraint forces its closer, lexi/chat/thought_budget). Every other field is a
+thought to that many tokens (the constraint forces its closer, lexi/structured/thought_watch). Every other field is a
 400 naming it, as Anthropic answers ("Extra inputs are not permitted").
 """
 
