@@ -16,8 +16,6 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 LEXI = Path(__file__).resolve().parents[1] / "lexi"
 TORCH = ("torch", "triton")
 # what lexi/structured may import of lexi (DESIGN.md: the tokenizer, the engine's request interface; held_back is a
@@ -121,10 +119,6 @@ def _in(name: str, packages: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in packages)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="lexi/model's decode_c <-> decode_cpu <-> transformer is being removed on another branch (issue 37)",
-)
 def test_lexi_has_no_import_circle():
     found = cycles()
     assert not found, "import circles:\n" + "\n".join(" -> ".join(circle) for circle in found)
