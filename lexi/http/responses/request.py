@@ -104,16 +104,9 @@ def parse_responses_request(
     store = _store(f, storing)
     instructions = f.string("instructions")
     items = [*(history or []), *input_items(body.get("input"))]
-    messages = [{"role": "system", "content": instructions}] if instructions is not None else []
-    messages += input_messages(items, len(history or []))
-    if not messages:
-        raise bad_request("input holds no message", param="input")
+    messages = _messages(instructions, items, len(history or []))
     max_output_tokens = f.integer("max_output_tokens", 1, 1 << 20)
-    sampling_body = {key: body[key] for key in SAMPLING_FIELDS if key in body}
-    sampling_body["max_tokens"] = max_output_tokens
     logprobs, top_logprobs = _logprobs(f)
-    if logprobs:
-        sampling_body.update(logprobs=True, top_logprobs=top_logprobs or 0)
     kwargs = f.obj("chat_template_kwargs") or {}
     try:
         check_template_kwargs(kwargs, "chat_template_kwargs")
@@ -134,7 +127,7 @@ def parse_responses_request(
         model=model,
         conversation=conversation,
         instructions=instructions,
-        sampling=parse_sampling(Fields(sampling_body), defaults, chat=True),
+        sampling=_sampling(body, defaults, max_output_tokens, (top_logprobs or 0) if logprobs else None),
         max_output_tokens=max_output_tokens,
         stream=_stream(f),
         metadata=metadata,
@@ -149,6 +142,26 @@ def parse_responses_request(
         previous_response_id=previous_response_id(body, storing),
         items=items,
     )
+
+
+def _messages(instructions: str | None, items: list[dict[str, Any]], continued: int) -> list[dict[str, Any]]:
+    """The instructions as a leading system message, then the items (the first `continued` the stored history's)."""
+    messages = [{"role": "system", "content": instructions}] if instructions is not None else []
+    messages += input_messages(items, continued)
+    if not messages:
+        raise bad_request("input holds no message", param="input")
+    return messages
+
+
+def _sampling(
+    body: dict[str, Any], defaults: SamplingDefaults, max_output_tokens: int | None, top_logprobs: int | None
+) -> SamplingRequest:
+    """The sampling fields under chat's names, read by chat's parser (`top_logprobs` None: no logprobs asked)."""
+    sampling_body = {key: body[key] for key in SAMPLING_FIELDS if key in body}
+    sampling_body["max_tokens"] = max_output_tokens
+    if top_logprobs is not None:
+        sampling_body.update(logprobs=True, top_logprobs=top_logprobs)
+    return parse_sampling(Fields(sampling_body), defaults, chat=True)
 
 
 def _store(f: Fields, storing: bool) -> bool:
