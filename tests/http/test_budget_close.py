@@ -229,3 +229,35 @@ def test_an_answer_whose_first_item_picks_the_longer_branch_still_closes(tools_c
     """Measured before the fix: `{ "a": [1, 2, 3,` cut by max_tokens for 7 seeds of 8 at 14 and 16 tokens (the
     integers' six items were counted from the first comma, too late); the strings' branch fits in ~10."""
     json_answers(tools_client, "Write the JSON.", SHARED_BRACKET, max_tokens, range(8))
+
+
+WEATHER_NOTE = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "note": {"type": "string"}},
+    "required": ["city", "note"],
+}
+
+
+@pytest.mark.parametrize("max_tokens", [32, 61, 64, 80, 128])
+def test_a_named_call_with_open_strings_closes_at_any_budget_that_fits_it(client, max_tokens):
+    """Issue 36's shape on the default model and template (the engine's tool prompt): a named call with two open
+    strings, temperature 1, 8 seeds. The issue saw 422 'Unterminated string' at 61, 64 and 80 tokens: the model
+    wrote `</tool_call>` inside `note` and the reader ended the call there. The shortest call here is 27 tokens."""
+    model = client.models.list().data[0].id
+    replies = per_seed(
+        lambda seed: client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "What's the weather in Paris? Add a note."}],
+            tools=[function("get_weather", WEATHER_NOTE)],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            temperature=1.0,
+            seed=seed,
+            max_tokens=max_tokens,
+        ),
+        range(1, 9),
+        slots=1,
+    )
+    for reply in replies:
+        assert reply.choices[0].finish_reason == "tool_calls", reply.choices[0]
+        (call,) = reply.choices[0].message.tool_calls
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER_NOTE)
