@@ -36,7 +36,7 @@ class ToolCallParser:
         self._buffer = ""  # text not yet released: a possible opener prefix, or the body of an open call
         self._in_call = False
         self._json_valued = json_valued
-        self._end = CallEnd((CLOSE,), json_valued)
+        self._end: CallEnd | None = None  # where the open call ends: a new one for each call
         self._space = ""  # trailing whitespace of released text, held until non-space text follows
         self._lead = ""  # the whitespace held when the open call started
 

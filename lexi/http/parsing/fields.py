@@ -133,6 +133,13 @@ class Fields:
             self.fail(key, "must be a JSON object")
         return value
 
+    def tagged(self, key: str) -> dict[str, Any] | None:
+        """An object with a string `type` (how providers tag what they echo, e.g. a call's `caller`), or None."""
+        value = self.obj(key)
+        if value is not None and not isinstance(value.get("type"), str):
+            self.fail(key, 'must be an object with a "type" (as a response gave it, e.g. {"type": "direct"})')
+        return value
+
     def array(self, key: str) -> list[Any] | None:
         value = self.data.get(key)
         if value is None:
