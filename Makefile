@@ -52,8 +52,9 @@ $(STAMP): pyproject.toml Makefile
 serve: $(CPU_STAMP)
 	$(BIN)/lexi-engine serve
 
+# Two pytest-xdist workers, a module (and all of tests/http, and of tests/ray) to a worker: see tests/conftest.py.
 test: $(CPU_STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: no servers, no Triton interpreter or offline compiles, no peers, nothing marked slow; two
 # pytest-xdist workers (3:20 in one process on 2 cores, 2:05 in two: much of it is Python, not torch's threads).

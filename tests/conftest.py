@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from worker_units import order_units, unit_of  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -104,8 +106,18 @@ PUBLISHED_TEMPLATES = Path.home() / ".cache" / "lexi-engine" / "templates" / "ll
 
 
 def fetch_published_templates(root: Path = PUBLISHED_TEMPLATES) -> Path:
-    """The folder of published templates, downloaded (`pip download --no-binary :all: --no-deps`) on first use."""
+    """The folder of published templates, downloaded (`pip download --no-binary :all: --no-deps`) on first use,
+    under a file lock: both pytest-xdist workers may ask for it at once."""
     if (root / "openai-gpt-oss-120b.jinja").exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _download_published_templates(root)
+
+
+def _download_published_templates(root: Path) -> Path:
+    if (root / "openai-gpt-oss-120b.jinja").exists():  # the other worker fetched it while this one waited
         return root
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
@@ -121,7 +133,6 @@ def fetch_published_templates(root: Path = PUBLISHED_TEMPLATES) -> Path:
                 wanted = folder.endswith("/vendor/llama.cpp/models/templates") and name.endswith(".jinja")
                 if wanted and member.isfile():
                     (staged / name).write_bytes(tar.extractfile(member).read())
-        root.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(root, ignore_errors=True)
         shutil.move(staged, root)
     return root
@@ -163,7 +174,9 @@ TRITON_MODULES = {
 
 
 def pytest_collection_modifyitems(config, items):
+    """The tiers above, and the units of work of `make test`'s two workers (tests/worker_units.py)."""
     tests = Path(__file__).parent
+    units = {}
     for item in items:
         path = Path(item.path)
         parts = path.relative_to(tests).parts if tests in path.parents else ()
@@ -171,3 +184,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.server)
         if path.name in TRITON_MODULES or "triton" in item.name:
             item.add_marker(pytest.mark.triton)
+        units[item] = unit_of(parts or (path.name,))
+    order_units(items, units)

@@ -2,8 +2,8 @@
 model tests that follow have the memory): the main one (aliases, an API key, the GGUF's ChatML
 template, one slot and no queue, --deterministic), one with a thinking template and sampling defaults (no
 alias), a one-slot server with --queue-wait and --reasoning-format none, a tool-calling one (a Hermes-style
-template that renders tools, float32 so that a request gives the same tokens whatever shares its
-steps, four slots), and Gemma 3 with a turn template. Each is launched on first use of the set it
+template that renders tools, --deterministic so that a request gives the same tokens whatever shares
+its steps, four slots), and Gemma 3 with a turn template. Each is launched on first use of the set it
 belongs to, and a set's model loads overlap."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from server_process import API_KEY, Server
+from worker_units import in_shared_servers_unit
 
 TEMPLATES = Path(__file__).with_name("templates")
-_HERE = Path(__file__).parent
 _LAUNCHED = pytest.StashKey[list]()
 
 
@@ -37,13 +37,14 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_teardown(item, nextitem):
-    """Stop this folder's servers after its last test.
+    """Stop the shared servers after the last test of the modules that use them (tests/worker_units.py runs those
+    modules first and together, on one worker under pytest-xdist).
 
     `scope="package"` lasts the whole session in a folder without `__init__.py`, and this one cannot have
     one (the package would be named `http`, shadowing the standard library's). Left running, its servers
-    (about 6 GB) would sit beside the model tests that follow.
+    (about 6 GB) would sit beside the tests that follow.
     """
-    if nextitem is not None and _HERE in Path(nextitem.path).parents:
+    if nextitem is not None and in_shared_servers_unit(nextitem):
         return
     for server in item.config.stash.get(_LAUNCHED, []):
         server.stop()
@@ -98,7 +99,7 @@ def tool_servers(request):
     """The tool-calling servers, launched together (only when a tools test runs)."""
     launched = {
         "tools": Server(
-            "--chat-template-file", str(TEMPLATES / "hermes_tools.jinja"), "--dtype", "float32", "--parallel", "4"
+            "--chat-template-file", str(TEMPLATES / "hermes_tools.jinja"), "--deterministic", "--parallel", "4"
         ),
         "gemma": Server(
             "-m", "gemma3-270m", "--chat-template-file", str(TEMPLATES / "gemma_turns.jinja"), "--parallel", "2"

@@ -38,10 +38,8 @@ LABEL = {
 def clients():
     """form -> (client, model): a server per call form, both launched before either is waited for."""
     servers = {
-        "json": Server("--dtype", "float32", "--parallel", "3"),
-        "function": Server(
-            "--chat-template-file", str(TEMPLATES / "coder_tools.jinja"), "--dtype", "float32", "--parallel", "3"
-        ),
+        "json": Server("--parallel", "3"),
+        "function": Server("--chat-template-file", str(TEMPLATES / "coder_tools.jinja"), "--parallel", "3"),
     }
     for server in servers.values():
         server.launch()

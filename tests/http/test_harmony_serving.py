@@ -64,15 +64,14 @@ TEMPLATE_HISTORY = [  # the same history as the template sees it (arguments as a
 
 
 @pytest.fixture(scope="module")
-def servers(published_templates, harmony_path):
+def harmony_servers(published_templates, harmony_path):
     launched = {
         "gpt-oss": Server(
             "-m", str(harmony_path), "--chat-template-file", str(published_templates / "openai-gpt-oss-120b.jinja"),
-            "--dtype", "float32", "--parallel", "2",
+            "--parallel", "2",
         ),
         "coder": Server(
-            "--chat-template-file", str(published_templates / "Qwen3-Coder.jinja"), "--dtype", "float32",
-            "--parallel", "2",
+            "--chat-template-file", str(published_templates / "Qwen3-Coder.jinja"), "--parallel", "2",
         ),
     }  # fmt: skip
     for server in launched.values():
@@ -89,13 +88,13 @@ def client_of(server) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="module")
-def gpt_oss(servers):
-    return client_of(servers["gpt-oss"])
+def gpt_oss(harmony_servers):
+    return client_of(harmony_servers["gpt-oss"])
 
 
 @pytest.fixture(scope="module")
-def coder(servers):
-    return client_of(servers["coder"])
+def coder(harmony_servers):
+    return client_of(harmony_servers["coder"])
 
 
 def model_of(client) -> str:
@@ -154,11 +153,11 @@ def test_responses_give_a_reasoning_item_and_the_verified_call(gpt_oss):
     jsonschema.validate(json.loads(reply.output[-1].arguments), PARAMETERS)
 
 
-def test_messages_tool_use_validates(servers):
-    claude = anthropic.Anthropic(base_url=servers["gpt-oss"].url, api_key="none", max_retries=0, timeout=300)
+def test_messages_tool_use_validates(harmony_servers):
+    claude = anthropic.Anthropic(base_url=harmony_servers["gpt-oss"].url, api_key="none", max_retries=0, timeout=300)
     tool = {"name": "get_weather", "description": "Weather", "input_schema": PARAMETERS}
     message = claude.messages.create(
-        model=model_of(client_of(servers["gpt-oss"])), max_tokens=48, messages=ASK, tools=[tool],
+        model=model_of(client_of(harmony_servers["gpt-oss"])), max_tokens=48, messages=ASK, tools=[tool],
         tool_choice={"type": "tool", "name": "get_weather"},
     )  # fmt: skip
     assert message.stop_reason == "tool_use"
@@ -197,9 +196,9 @@ def test_reasoning_effort_reaches_the_template_and_none_is_refused(gpt_oss):
 
 @pytest.mark.parametrize("name", ["gpt-oss", "coder"])
 def test_a_history_with_calls_and_results_renders_as_the_template_does(
-    servers, published_templates, harmony_tokenizer, smollm2_tokenizer, name
+    harmony_servers, published_templates, harmony_tokenizer, smollm2_tokenizer, name
 ):
-    client = client_of(servers[name])
+    client = client_of(harmony_servers[name])
     file = "openai-gpt-oss-120b.jinja" if name == "gpt-oss" else "Qwen3-Coder.jinja"
     tokenizer = harmony_tokenizer if name == "gpt-oss" else smollm2_tokenizer
     reply = client.chat.completions.create(model=model_of(client), messages=HISTORY, tools=TOOLS, max_tokens=2)

@@ -1,5 +1,5 @@
 """Tool use on /v1/messages with the official `anthropic` client, over the tools server (a Hermes-style template
-that renders tools, float32, four slots): forced calls that validate, the tool_result round trip, streamed
+that renders tools, --deterministic, four slots): forced calls that validate, the tool_result round trip, streamed
 input_json_delta, tool_choice none / disable_parallel_tool_use, and counts with tools."""
 
 from __future__ import annotations
