@@ -52,7 +52,8 @@ $(STAMP): pyproject.toml Makefile
 serve: $(CPU_STAMP)
 	$(BIN)/lexi-engine serve
 
-# Two pytest-xdist workers, a module (and all of tests/http, and of tests/ray) to a worker: see tests/conftest.py.
+# Two pytest-xdist workers, a unit of work (a module; the shared-server modules; tests/ray) to a worker at a time:
+# see tests/worker_units.py.
 test: $(CPU_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
